@@ -1,0 +1,203 @@
+// Command edge is a WebSocket JSON-RPC 2.0 data-plane gateway on gnet event
+// loops. Run it with no flags to serve the embedded memory backend on
+// 127.0.0.1:8080; `edge --help` lists every flag with its default.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/loop"
+	"github.com/openengine/edge/rpc"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "edge:", err)
+		os.Exit(2)
+	}
+}
+
+// options are the command-line flags.
+type options struct {
+	loop           loop.Config
+	maxConn        int
+	maxTasks       int
+	cancelReply    string
+	registry       string
+	logLevel       string
+	workerIdle     time.Duration
+	stdio          bool
+	subBuffer      int
+	subBufferBytes int
+}
+
+// DefaultMaxTasks is the default global cap on backend tasks.
+const DefaultMaxTasks = 65536
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: edge [flags]\n\nA WebSocket JSON-RPC 2.0 gateway (openengine.cluster/v1 data plane).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	c := &o.loop
+	fs.StringVar(&c.Listen, "listen", loop.DefaultListen, "WebSocket listen address `host:port`")
+	fs.StringVar(&c.NDJSONListen, "ndjson-listen", "", "also serve NDJSON over TCP on `host:port` (off when empty)")
+	fs.BoolVar(&o.stdio, "stdio", false, "serve one NDJSON session on stdin/stdout instead of listening (logs go to stderr)")
+	fs.StringVar(&c.WSPath, "ws-path", loop.DefaultWSPath, "the HTTP path that upgrades to WebSocket; other paths get 404")
+	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
+	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", loop.DefaultMaxHeaderBytes, "cap on the HTTP upgrade request head")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", loop.DefaultHandshakeTimeout, "time allowed from accept to a complete upgrade")
+	fs.DurationVar(&c.PingInterval, "ping-interval", loop.DefaultPingInterval, "silence after which the server sends a ping")
+	fs.DurationVar(&c.PongTimeout, "pong-timeout", loop.DefaultPongTimeout, "further silence after the ping before the connection is closed")
+	fs.DurationVar(&c.CloseTimeout, "close-timeout", loop.DefaultCloseTimeout, "wait for the peer's close frame before dropping the TCP connection")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", loop.DefaultShutdownTimeout, "on SIGTERM/SIGINT, time in-flight work gets to finish")
+	fs.IntVar(&c.ReadBufferBytes, "read-buffer-bytes", loop.DefaultReadBufferBytes, "per-loop socket read buffer size")
+	fs.IntVar(&c.OutboundSoftBytes, "outbound-soft-bytes", loop.DefaultOutboundSoft, "pending outbound bytes above which a connection's reads pause and subscription events are held")
+	fs.IntVar(&c.OutboundHardBytes, "outbound-hard-bytes", loop.DefaultOutboundHard, "pending outbound bytes above which a connection is closed with 1008")
+	fs.DurationVar(&c.WriteStallTimeout, "write-stall-timeout", loop.DefaultWriteStall, "pending output with no progress for this long closes the connection with 1008")
+	fs.IntVar(&o.subBuffer, "subscription-buffer", rpc.DefaultSubscriptionBuffer, "undelivered events a subscription may hold before it is closed SLOW_CONSUMER")
+	fs.IntVar(&o.subBufferBytes, "subscription-buffer-bytes", rpc.DefaultSubscriptionBufferBytes, "cap on the bytes of a subscription's undelivered events")
+	fs.IntVar(&o.maxConn, "max-conn-tasks", rpc.DefaultMaxConnTasks, "task slots per connection; more concurrent requests get SERVER_BUSY")
+	fs.IntVar(&o.maxTasks, "max-tasks", DefaultMaxTasks, "global cap on backend tasks across all connections")
+	fs.StringVar(&o.cancelReply, "cancel-reply", "none", "what a cancelled request gets: none, or error (-32800)")
+	fs.StringVar(&o.registry, "registry", "", "OpenRPC `file` listing the methods (default: the built-in OECP v1 registry)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&o.workerIdle, "worker-idle", 5*time.Second, "idle time after which a backend worker goroutine exits")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var errs []error
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen must not be empty"))
+	}
+	if o.maxConn <= 0 {
+		errs = append(errs, fmt.Errorf("max-conn-tasks %d must be positive", o.maxConn))
+	}
+	if o.maxTasks <= 0 {
+		errs = append(errs, fmt.Errorf("max-tasks %d must be positive", o.maxTasks))
+	}
+	if _, err := rpc.ParseCancelReply(o.cancelReply); err != nil {
+		errs = append(errs, fmt.Errorf("cancel-reply %q: want none or error", o.cancelReply))
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if o.subBuffer <= 0 {
+		errs = append(errs, fmt.Errorf("subscription-buffer %d must be positive", o.subBuffer))
+	}
+	if o.subBufferBytes <= 0 {
+		errs = append(errs, fmt.Errorf("subscription-buffer-bytes %d must be positive", o.subBufferBytes))
+	}
+	if o.workerIdle <= 0 {
+		errs = append(errs, fmt.Errorf("worker-idle %s must be positive", o.workerIdle))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("bad flags:\n%w", err)
+	}
+	return o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// run wires the gateway from args and serves until ctx is cancelled, then
+// shuts down gracefully (CONTRACT.md section 9).
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	level, _ := parseLevel(o.logLevel)
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	reg := rpc.DefaultRegistry()
+	if o.registry != "" {
+		f, err := os.Open(o.registry)
+		if err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
+		reg, err = rpc.LoadOpenRPC(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("registry %s: %w", o.registry, err)
+		}
+	}
+	cancelReply, _ := rpc.ParseCancelReply(o.cancelReply)
+	pool := backend.NewPool(o.maxTasks, o.workerIdle)
+	defer pool.Close()
+	srv, err := rpc.NewServer(rpc.Config{
+		MaxConnTasks:            o.maxConn,
+		CancelReply:             cancelReply,
+		Registry:                reg,
+		Handler:                 backend.NewMemory(),
+		Pool:                    pool,
+		Logger:                  logger,
+		SubscriptionBuffer:      o.subBuffer,
+		SubscriptionBufferBytes: o.subBufferBytes,
+	})
+	if err != nil {
+		return err
+	}
+	if o.stdio {
+		return loop.ServeStream(ctx, stdin, stdout, srv, loop.StreamConfig{
+			MaxLineBytes:    o.loop.MaxMessageBytes,
+			ShutdownTimeout: o.loop.ShutdownTimeout,
+		})
+	}
+	o.loop.Logger = logger
+	gw, err := loop.New(o.loop, srv)
+	if err != nil {
+		return err
+	}
+	if err := gw.Start(); err != nil {
+		return err
+	}
+	addr := gw.Addr().String()
+	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", "memory"}
+	if nd := gw.NDJSONAddr(); nd != nil {
+		attrs = append(attrs, "ndjson", nd.String())
+	}
+	logger.Info("listening", attrs...)
+	select {
+	case <-ctx.Done():
+	case <-gw.Done():
+		return errors.New("event loops stopped unexpectedly")
+	}
+	logger.Info("shutting down", "timeout", o.loop.ShutdownTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.loop.ShutdownTimeout+5*time.Second)
+	defer cancel()
+	if err := gw.Shutdown(stopCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}

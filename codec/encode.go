@@ -1,0 +1,159 @@
+package codec
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// Code is a JSON-RPC 2.0 error code (JSON-RPC 2.0 section 5.1, CONTRACT.md
+// section 7).
+type Code int
+
+// Error codes edge sends.
+const (
+	CodeParseError       Code = -32700 // not JSON; NDJSON over-long line
+	CodeInvalidRequest   Code = -32600 // section 2.4 failure; duplicate request id
+	CodeMethodNotFound   Code = -32601 // unknown method; subscription method on the unary path
+	CodeInvalidParams    Code = -32602 // params not an object; backend decode failure
+	CodeInternalError    Code = -32603 // backend internal error or panic
+	CodeServerError      Code = -32000 // application errors, Server busy, shutdown, version
+	CodeRequestCancelled Code = -32800 // only with --cancel-reply=error
+)
+
+// Message returns the contract's fixed message for c, or "" for
+// CodeServerError and unknown codes, whose message comes from the backend.
+// Safe for concurrent use.
+func (c Code) Message() string {
+	switch c {
+	case CodeParseError:
+		return "Parse error"
+	case CodeInvalidRequest:
+		return "Invalid Request"
+	case CodeMethodNotFound:
+		return "Method not found"
+	case CodeInvalidParams:
+		return "Invalid params"
+	case CodeInternalError:
+		return "Internal error"
+	case CodeRequestCancelled:
+		return "Request cancelled"
+	}
+	return ""
+}
+
+// AppendResult appends the success response
+// {"jsonrpc":"2.0","id":<id>,"result":<result>} (CONTRACT.md section 7) to dst.
+// id and result are raw JSON and are copied as they are; nil stands for null.
+// It does not allocate when dst has room. Safe for concurrent use.
+func AppendResult(dst, id, result []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = appendRaw(dst, id)
+	dst = append(dst, `,"result":`...)
+	dst = appendRaw(dst, result)
+	return append(dst, '}')
+}
+
+// AppendError appends the error response
+// {"jsonrpc":"2.0","id":<id|null>,"error":{"code":<code>,"message":<message>[,"data":{"code":<dataCode>[,"details":<details>]}]}}
+// (CONTRACT.md section 7) to dst. id is the raw id token, nil for null.
+// message and dataCode are arbitrary text and are JSON-escaped. dataCode ""
+// omits data; details (raw JSON) nil omits details, and details are only
+// written inside data, so they are dropped when dataCode is "". It does not
+// allocate when dst has room. Safe for concurrent use.
+func AppendError(dst, id []byte, code Code, message, dataCode string, details []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = appendRaw(dst, id)
+	dst = append(dst, `,"error":{"code":`...)
+	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = append(dst, `,"message":`...)
+	dst = AppendQuote(dst, message)
+	if dataCode != "" {
+		dst = append(dst, `,"data":{"code":`...)
+		dst = AppendQuote(dst, dataCode)
+		if details != nil {
+			dst = append(dst, `,"details":`...)
+			dst = append(dst, details...)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "}}"...)
+}
+
+// AppendNotification appends {"jsonrpc":"2.0","method":<method>,"params":<params>}
+// (CONTRACT.md section 7) to dst. params is raw JSON; nil omits the member
+// (JSON-RPC 2.0 section 4.2 allows no params but not a null one). It does not
+// allocate when dst has room. Safe for concurrent use.
+func AppendNotification(dst []byte, method string, params []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":`...)
+	dst = AppendQuote(dst, method)
+	if params != nil {
+		dst = append(dst, `,"params":`...)
+		dst = append(dst, params...)
+	}
+	return append(dst, '}')
+}
+
+// appendRaw appends a raw JSON value, or null when v is nil.
+func appendRaw(dst, v []byte) []byte {
+	if v == nil {
+		return append(dst, "null"...)
+	}
+	return append(dst, v...)
+}
+
+// AppendQuote appends s as a JSON string to dst, escaped as encoding/json does
+// with HTML escaping off: '"', '\\' and control characters are escaped (\b \f
+// \n \r \t or \u00XX), U+2028 and U+2029 become \u2028 and \u2029, and each
+// byte of invalid UTF-8 becomes \ufffd, so the output is always valid UTF-8
+// (a WebSocket text frame must be, RFC 6455 section 8.1). '<', '>' and '&' are
+// left alone. It does not allocate when dst has room. Safe for concurrent use.
+func AppendQuote(dst []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if jsonStrSafe[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

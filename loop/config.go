@@ -1,0 +1,155 @@
+package loop
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config configures the gateway's listeners and per-connection limits. Zero
+// values mean the documented defaults (the bracketed numbers of CONTRACT.md).
+type Config struct {
+	// Listen is the WebSocket listener address [127.0.0.1:8080].
+	Listen string
+	// NDJSONListen, when set, is the address of an NDJSON-over-TCP listener on
+	// the same loops (CONTRACT.md section 1.2) [off].
+	NDJSONListen string
+	// WSPath is the only path that upgrades [/]; others get 404.
+	WSPath string
+	// Loops is the number of gnet event loops [GOMAXPROCS].
+	Loops int
+	// MaxMessageBytes is the largest text message after reassembly [1048576].
+	MaxMessageBytes int
+	// MaxHeaderBytes caps the HTTP upgrade request head [16384].
+	MaxHeaderBytes int
+	// HandshakeTimeout bounds the time from accept to a complete upgrade [10s].
+	HandshakeTimeout time.Duration
+	// PingInterval is the silence after which the server pings [30s].
+	PingInterval time.Duration
+	// PongTimeout is how long a pinged connection may stay silent before it is closed [30s].
+	PongTimeout time.Duration
+	// CloseTimeout is how long the server waits for the peer's close frame after
+	// sending its own before it drops the TCP connection [2s].
+	CloseTimeout time.Duration
+	// OutboundSoftBytes is the pending outbound volume above which the server
+	// stops reading the connection and holds subscription events [1 MiB].
+	OutboundSoftBytes int
+	// OutboundHardBytes is the pending outbound volume above which the
+	// connection is closed with 1008 [16 MiB].
+	OutboundHardBytes int
+	// WriteStallTimeout closes with 1008 a connection whose pending output
+	// makes no progress for this long [10s].
+	WriteStallTimeout time.Duration
+	// ShutdownTimeout bounds how long graceful shutdown waits for in-flight work [5s].
+	ShutdownTimeout time.Duration
+	// ReadBufferBytes is the size of each loop's socket read buffer [65536].
+	ReadBufferBytes int
+	// Logger receives the gateway's logs [slog.Default()].
+	Logger *slog.Logger
+}
+
+// Defaults (CONTRACT.md sections 1 and 9).
+const (
+	DefaultListen           = "127.0.0.1:8080"
+	DefaultWSPath           = "/"
+	DefaultMaxMessageBytes  = 1 << 20
+	DefaultMaxHeaderBytes   = 16 << 10
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultPingInterval     = 30 * time.Second
+	DefaultPongTimeout      = 30 * time.Second
+	DefaultCloseTimeout     = 2 * time.Second
+	DefaultShutdownTimeout  = 5 * time.Second
+	DefaultOutboundSoft     = 1 << 20
+	DefaultOutboundHard     = 16 << 20
+	DefaultWriteStall       = 10 * time.Second
+	DefaultReadBufferBytes  = 64 << 10
+)
+
+// Validate reports every problem with c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("listen %q: %v", c.Listen, err))
+		}
+	}
+	if c.NDJSONListen != "" {
+		if _, _, err := net.SplitHostPort(c.NDJSONListen); err != nil {
+			errs = append(errs, fmt.Errorf("ndjson-listen %q: %v", c.NDJSONListen, err))
+		}
+	}
+	if c.WSPath != "" && !strings.HasPrefix(c.WSPath, "/") {
+		errs = append(errs, fmt.Errorf("ws-path %q must start with /", c.WSPath))
+	}
+	neg := func(name string, v int64) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d must not be negative", name, v))
+		}
+	}
+	neg("loops", int64(c.Loops))
+	neg("max-message-bytes", int64(c.MaxMessageBytes))
+	neg("max-header-bytes", int64(c.MaxHeaderBytes))
+	neg("handshake-timeout", int64(c.HandshakeTimeout))
+	neg("ping-interval", int64(c.PingInterval))
+	neg("pong-timeout", int64(c.PongTimeout))
+	neg("close-timeout", int64(c.CloseTimeout))
+	neg("shutdown-timeout", int64(c.ShutdownTimeout))
+	neg("read-buffer-bytes", int64(c.ReadBufferBytes))
+	neg("outbound-soft-bytes", int64(c.OutboundSoftBytes))
+	neg("outbound-hard-bytes", int64(c.OutboundHardBytes))
+	neg("write-stall-timeout", int64(c.WriteStallTimeout))
+	if c.OutboundSoftBytes > 0 && c.OutboundHardBytes > 0 && c.OutboundSoftBytes > c.OutboundHardBytes {
+		errs = append(errs, fmt.Errorf("outbound-soft-bytes %d must not exceed outbound-hard-bytes %d", c.OutboundSoftBytes, c.OutboundHardBytes))
+	}
+	if c.MaxHeaderBytes > 0 && c.MaxHeaderBytes < 256 {
+		errs = append(errs, fmt.Errorf("max-header-bytes %d must be at least 256", c.MaxHeaderBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with zero values replaced by the defaults.
+func (c Config) withDefaults() Config {
+	set := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.WSPath == "" {
+		c.WSPath = DefaultWSPath
+	}
+	set(&c.Loops, runtime.GOMAXPROCS(0))
+	set(&c.MaxMessageBytes, DefaultMaxMessageBytes)
+	set(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	set(&c.ReadBufferBytes, DefaultReadBufferBytes)
+	setD(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	setD(&c.PingInterval, DefaultPingInterval)
+	setD(&c.PongTimeout, DefaultPongTimeout)
+	setD(&c.CloseTimeout, DefaultCloseTimeout)
+	setD(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	set(&c.OutboundSoftBytes, DefaultOutboundSoft)
+	set(&c.OutboundHardBytes, DefaultOutboundHard)
+	setD(&c.WriteStallTimeout, DefaultWriteStall)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// tickInterval is how often each loop sweeps its connections for timeouts:
+// a quarter of the shortest timeout, between 10 ms and 1 s.
+func (c *Config) tickInterval() time.Duration {
+	d := min(c.HandshakeTimeout, c.PingInterval, c.PongTimeout, c.CloseTimeout, c.WriteStallTimeout) / 4
+	return max(10*time.Millisecond, min(d, time.Second))
+}

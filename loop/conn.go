@@ -1,0 +1,320 @@
+package loop
+
+import (
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/openengine/edge/codec"
+	"github.com/openengine/edge/rpc"
+)
+
+// connState is the lifecycle of a connection. Legal transitions:
+//
+//	handshake -> open     valid upgrade answered with 101 (WebSocket only)
+//	handshake -> closing  bad request answered with an HTTP error, timeout, or shutdown
+//	open      -> closing  the server closes (close frame sent: protocol error, slow consumer,
+//	                      idle, shutdown), or it answered the peer's close frame
+//	closing   -> closed   the TCP connection is gone (flushed and closed, peer left, or
+//	                      CloseTimeout passed)
+//	any       -> closed   OnClose: the peer or the kernel ended the TCP connection
+//
+// Every change goes through conn.setState.
+type connState uint8
+
+const (
+	stateHandshake connState = iota
+	stateOpen
+	stateClosing
+	stateClosed
+)
+
+// proto is the binding a connection speaks.
+type proto uint8
+
+const (
+	protoWebSocket proto = iota + 1 // RFC 6455 frames after an HTTP upgrade
+	protoNDJSON                     // newline-delimited JSON (CONTRACT.md section 1.2)
+)
+
+// conn is one client connection of either binding. loop-owned: only its event
+// loop touches it, so it has no lock.
+type conn struct {
+	c     gnet.Conn  // immutable
+	l     *eventLoop // immutable
+	proto proto      // immutable
+	state connState
+	index int // position in l.conns, -1 when not registered
+
+	rd   codec.Reader     // WebSocket frame decoder
+	lr   codec.LineReader // NDJSON line splitter
+	sess *rpc.Session     // nil until the connection is open
+	out  []byte           // output produced this turn, written by flush
+	// dirty is set while the connection is in l.dirty.
+	dirty bool
+	// hangup asks flush to close the TCP connection once the output is written.
+	hangup bool
+
+	lastRead time.Time // last time bytes arrived
+	pinged   bool      // a server ping is outstanding since lastRead
+	deadline time.Time // handshake or closing deadline
+
+	// paused is set while the connection is over its soft outbound cap: its
+	// input is not consumed and its socket not read (CONTRACT.md section 6).
+	paused      bool
+	stallSince  time.Time // when pending output was last seen to make progress
+	lastPending int       // pending output at the last sweep
+}
+
+func (w *conn) setState(s connState) { w.state = s }
+
+func (w *conn) cfg() *Config { return &w.l.srv.cfg }
+
+// open starts the session once the connection speaks JSON-RPC.
+func (w *conn) open() {
+	t := rpc.WebSocket
+	if w.proto == protoNDJSON {
+		t = rpc.NDJSON
+		w.lr.Max = w.cfg().MaxMessageBytes
+	} else {
+		w.rd.MaxMessage = int64(w.cfg().MaxMessageBytes)
+	}
+	w.sess = w.l.srv.rpc.NewSession(t, w, w.l)
+	w.setState(stateOpen)
+}
+
+// Send implements rpc.Sink: it frames msg for this turn's write (one text
+// frame, or one line). Output is dropped once the server has decided to close.
+func (w *conn) Send(msg []byte) {
+	if w.state != stateOpen {
+		return
+	}
+	if w.out == nil {
+		w.out = w.l.getBuf()
+	}
+	if w.proto == protoNDJSON {
+		w.out = append(append(w.out, msg...), '\n')
+	} else {
+		w.out = codec.AppendFrame(w.out, ws.OpText, msg)
+	}
+	w.l.markDirty(w)
+}
+
+// Writable implements rpc.Sink: below the soft outbound cap.
+func (w *conn) Writable() bool {
+	return w.state == stateOpen && w.OutboundBytes() < w.cfg().OutboundSoftBytes
+}
+
+// OutboundBytes implements rpc.Sink.
+func (w *conn) OutboundBytes() int {
+	if w.state == stateClosed {
+		return len(w.out)
+	}
+	return len(w.out) + w.c.OutboundBuffered()
+}
+
+// appendFrame queues a control or data frame (WebSocket only).
+func (w *conn) appendFrame(op ws.OpCode, payload []byte) {
+	if w.out == nil {
+		w.out = w.l.getBuf()
+	}
+	w.out = codec.AppendFrame(w.out, op, payload)
+	w.l.markDirty(w)
+}
+
+// flush writes this turn's output with one write. Runs on the loop.
+func (w *conn) flush() {
+	w.dirty = false
+	if w.state == stateClosed {
+		w.releaseOut()
+		return
+	}
+	if len(w.out) > 0 {
+		_, _ = w.c.Write(w.out)
+	}
+	w.releaseOut()
+	if w.hangup {
+		w.hangup = false
+		_ = w.c.Close()
+		return
+	}
+	if w.state == stateOpen {
+		w.checkOutbound()
+	}
+}
+
+func (w *conn) releaseOut() {
+	if w.out != nil {
+		w.l.putBuf(w.out)
+		w.out = nil
+	}
+}
+
+// checkOutbound enforces the outbound caps after a write (CONTRACT.md section
+// 6): over the hard cap the connection is closed with 1008, over the soft cap
+// it is paused.
+func (w *conn) checkOutbound() {
+	cfg := w.cfg()
+	pending := w.c.OutboundBuffered()
+	switch {
+	case pending > cfg.OutboundHardBytes:
+		w.slowConsumer()
+	case pending >= cfg.OutboundSoftBytes:
+		w.pause()
+	}
+}
+
+// traffic handles every complete unit in the buffered input and returns how
+// many bytes it used. Runs on the loop.
+func (w *conn) traffic(buf []byte, now time.Time) int {
+	w.lastRead = now
+	w.pinged = false
+	if w.proto == protoNDJSON {
+		return w.lines(buf)
+	}
+	return w.frames(buf)
+}
+
+// slowConsumer closes with 1008 and drops the TCP connection without waiting:
+// a peer that does not read will not read our close frame either.
+func (w *conn) slowConsumer() {
+	w.closeWith(ws.StatusPolicyViolation, "slow consumer")
+	w.hangup = true
+}
+
+// closeWith starts a server-initiated close: queued output is discarded, the
+// session ends, and on WebSocket the close frame is sent and the connection
+// waits up to CloseTimeout for the peer's close. NDJSON has no close message:
+// the connection is closed once flushed.
+func (w *conn) closeWith(code ws.StatusCode, reason string) {
+	if w.state != stateOpen {
+		return
+	}
+	if w.out == nil {
+		w.out = w.l.getBuf()
+	}
+	w.out = w.out[:0]
+	if w.proto == protoWebSocket {
+		w.out = codec.AppendClose(w.out, code, reason)
+	} else {
+		w.hangup = true
+	}
+	w.l.markDirty(w)
+	w.sess.Close()
+	w.setState(stateClosing)
+	w.deadline = time.Now().Add(w.cfg().CloseTimeout)
+}
+
+// pause stops consuming input and reading the socket until the outbound
+// backlog drops below the soft cap.
+func (w *conn) pause() {
+	if w.paused || w.state != stateOpen {
+		return
+	}
+	w.paused = true
+	w.l.pause(w)
+}
+
+// unpause resumes reading once the connection is writable again, consumes the
+// input held back meanwhile, and lets held subscription events flow.
+func (w *conn) unpause(now time.Time) {
+	if !w.paused {
+		return
+	}
+	w.paused = false
+	w.l.unpause(w)
+	if w.state != stateOpen {
+		return
+	}
+	if buf, _ := w.c.Peek(-1); len(buf) > 0 {
+		if n := w.traffic(buf, now); n > 0 {
+			_, _ = w.c.Discard(n)
+		}
+	}
+	if w.state == stateOpen && !w.paused {
+		w.sess.Resume()
+	}
+}
+
+// goAway closes the connection for graceful shutdown (CONTRACT.md section 9):
+// subscriptions end with "done", then 1001.
+func (w *conn) goAway() {
+	switch w.state {
+	case stateHandshake:
+		w.setState(stateClosing)
+		w.hangup = true
+		w.l.markDirty(w)
+	case stateOpen:
+		w.sess.EndSubscriptions()
+		w.closeWith(ws.StatusGoingAway, "going away")
+	}
+}
+
+// tick enforces the connection's timeouts (CONTRACT.md sections 1.1 and 6).
+// Runs on the loop.
+func (w *conn) tick(now time.Time) {
+	cfg := w.cfg()
+	switch w.state {
+	case stateHandshake:
+		if now.After(w.deadline) {
+			w.setState(stateClosing)
+			w.hangup = true
+			w.l.markDirty(w)
+		}
+	case stateOpen:
+		if w.stalled(now) {
+			w.slowConsumer()
+			return
+		}
+		if w.proto != protoWebSocket {
+			return
+		}
+		silent := now.Sub(w.lastRead)
+		switch {
+		case silent >= cfg.PingInterval+cfg.PongTimeout:
+			w.closeWith(ws.StatusGoingAway, "idle timeout")
+			w.hangup = true
+		case silent >= cfg.PingInterval && !w.pinged:
+			w.pinged = true
+			w.appendFrame(ws.OpPing, nil)
+		}
+	case stateClosing:
+		if now.After(w.deadline) {
+			w.hangup = true
+			w.l.markDirty(w)
+		}
+	}
+}
+
+// stalled reports whether pending output has made no progress for
+// WriteStallTimeout (CONTRACT.md section 6).
+func (w *conn) stalled(now time.Time) bool {
+	pending := w.c.OutboundBuffered()
+	switch {
+	case pending == 0:
+		w.stallSince, w.lastPending = time.Time{}, 0
+		return false
+	case w.stallSince.IsZero() || pending < w.lastPending:
+		w.stallSince, w.lastPending = now, pending
+		return false
+	}
+	w.lastPending = pending
+	return now.Sub(w.stallSince) >= w.cfg().WriteStallTimeout
+}
+
+// closed runs from OnClose: the session ends and every resource is released.
+func (w *conn) closed() {
+	if w.sess != nil {
+		w.sess.Close()
+	}
+	w.setState(stateClosed)
+	if w.paused {
+		w.paused = false
+		w.l.unpause(w)
+	}
+	w.rd.Reset()
+	w.lr.Reset()
+	w.l.remove(w)
+	w.releaseOut()
+}

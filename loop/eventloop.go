@@ -1,0 +1,219 @@
+package loop
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/openengine/edge/rpc"
+)
+
+// eventLoop is edge's state for one gnet event loop: the completion queue that
+// workers post to, the connections the loop owns (for timeout sweeps) and the
+// connections with output to flush at the end of the current turn.
+type eventLoop struct {
+	srv *Server        // immutable
+	el  gnet.EventLoop // immutable
+
+	mu        sync.Mutex
+	queue     []rpc.Completion // guarded by mu: posted by workers, not yet applied
+	scheduled bool             // guarded by mu: a drain is queued on the loop
+
+	spare []rpc.Completion // loop-owned: the other half of the double buffer
+	conns []*conn          // loop-owned: every open connection, for sweeps
+	dirty []*conn          // loop-owned: connections with unflushed output
+	bufs  [][]byte         // loop-owned: spare output buffers
+	// paused lists connections over their soft outbound cap; entries whose
+	// connection was resumed or closed are dropped at the next paused sweep.
+	paused []*conn // loop-owned
+	epfd   int     // immutable: the loop's epoll descriptor, -1 if unknown
+
+	sweeping bool // guarded by mu: a sweep is queued on the loop
+}
+
+// maxSpareBuf is the largest output buffer kept for reuse; larger ones are
+// dropped after their flush so that idle connections cost little memory.
+const maxSpareBuf = 64 << 10
+
+// Post queues a completion for the loop and makes sure a drain is scheduled.
+// Completions posted while a drain is pending ride along with it, so a busy loop
+// applies many per wake-up and writes each connection once. Safe for concurrent use.
+func (l *eventLoop) Post(c rpc.Completion) {
+	l.mu.Lock()
+	l.queue = append(l.queue, c)
+	schedule := !l.scheduled
+	l.scheduled = true
+	l.mu.Unlock()
+	if schedule {
+		if err := l.el.Execute(context.Background(), gnet.RunnableFunc(l.drain)); err != nil {
+			// The engine is shutting down: every session is closing and the
+			// completion has nothing left to answer.
+			l.mu.Lock()
+			l.scheduled = false
+			l.mu.Unlock()
+		}
+	}
+}
+
+// drain applies every queued completion and flushes. Runs on the loop.
+func (l *eventLoop) drain(context.Context) error {
+	l.mu.Lock()
+	q := l.queue
+	l.queue = l.spare[:0]
+	l.scheduled = false
+	l.mu.Unlock()
+	for i, c := range q {
+		c.Apply()
+		q[i] = nil
+	}
+	l.spare = q[:0]
+	l.flush()
+	return nil
+}
+
+// markDirty records that w has output to flush at the end of this turn.
+func (l *eventLoop) markDirty(w *conn) {
+	if !w.dirty {
+		w.dirty = true
+		l.dirty = append(l.dirty, w)
+	}
+}
+
+// flush writes every dirty connection's output with one write each. A flush
+// may dirty a connection again (a close after the hard cap), so the list is
+// walked until it stops growing. Runs on the loop.
+func (l *eventLoop) flush() {
+	for i := 0; i < len(l.dirty); i++ {
+		w := l.dirty[i]
+		l.dirty[i] = nil
+		w.flush()
+	}
+	l.dirty = l.dirty[:0]
+}
+
+// pause takes w's socket out of the read set. Runs on the loop.
+func (l *eventLoop) pause(w *conn) {
+	l.paused = append(l.paused, w)
+	l.srv.paused.Add(1)
+	if l.epfd >= 0 {
+		_ = setInterest(l.epfd, w.c.Fd(), false, true)
+	}
+}
+
+// unpause puts w's socket back into the read set. Runs on the loop.
+func (l *eventLoop) unpause(w *conn) {
+	l.srv.paused.Add(-1)
+	if l.epfd >= 0 && w.state != stateClosed {
+		_ = setInterest(l.epfd, w.c.Fd(), true, w.c.OutboundBuffered() > 0)
+	}
+}
+
+// schedulePausedSweep queues a sweep of the paused connections. Safe for concurrent use.
+func (l *eventLoop) schedulePausedSweep() {
+	_ = l.el.Execute(context.Background(), gnet.RunnableFunc(l.sweepPaused))
+}
+
+// sweepPaused resumes paused connections that are writable again. Runs on the loop.
+func (l *eventLoop) sweepPaused(context.Context) error {
+	if len(l.paused) == 0 {
+		return nil
+	}
+	now := time.Now()
+	list := l.paused
+	l.paused = nil
+	for i, w := range list {
+		list[i] = nil
+		if !w.paused {
+			continue
+		}
+		if w.state != stateOpen {
+			w.paused = false
+			l.unpause(w)
+			continue
+		}
+		if w.Writable() {
+			w.unpause(now)
+		} else {
+			l.paused = append(l.paused, w)
+		}
+	}
+	l.flush()
+	return nil
+}
+
+func (l *eventLoop) getBuf() []byte {
+	if n := len(l.bufs); n > 0 {
+		b := l.bufs[n-1]
+		l.bufs = l.bufs[:n-1]
+		return b
+	}
+	return make([]byte, 0, 4096)
+}
+
+func (l *eventLoop) putBuf(b []byte) {
+	if cap(b) <= maxSpareBuf && len(l.bufs) < 64 {
+		l.bufs = append(l.bufs, b[:0])
+	}
+}
+
+func (l *eventLoop) add(w *conn) {
+	w.index = len(l.conns)
+	l.conns = append(l.conns, w)
+}
+
+func (l *eventLoop) remove(w *conn) {
+	last := len(l.conns) - 1
+	if w.index < 0 || w.index > last {
+		return
+	}
+	l.conns[w.index] = l.conns[last]
+	l.conns[w.index].index = w.index
+	l.conns[last] = nil
+	l.conns = l.conns[:last]
+	w.index = -1
+}
+
+// scheduleSweep queues a timeout sweep unless one is pending. Safe for concurrent use.
+func (l *eventLoop) scheduleSweep() {
+	l.mu.Lock()
+	if l.sweeping {
+		l.mu.Unlock()
+		return
+	}
+	l.sweeping = true
+	l.mu.Unlock()
+	if err := l.el.Execute(context.Background(), gnet.RunnableFunc(l.sweep)); err != nil {
+		l.mu.Lock()
+		l.sweeping = false
+		l.mu.Unlock()
+	}
+}
+
+// sweep checks every connection's deadlines. Runs on the loop.
+func (l *eventLoop) sweep(context.Context) error {
+	l.mu.Lock()
+	l.sweeping = false
+	l.mu.Unlock()
+	now := time.Now()
+	// Iterate backwards: a connection closed during the sweep is swap-removed.
+	for i := len(l.conns) - 1; i >= 0; i-- {
+		if i < len(l.conns) {
+			l.conns[i].tick(now)
+		}
+	}
+	l.flush()
+	return nil
+}
+
+// closeAll closes every connection for shutdown with 1001 going away. Runs on the loop.
+func (l *eventLoop) closeAll(context.Context) error {
+	for i := len(l.conns) - 1; i >= 0; i-- {
+		if i < len(l.conns) {
+			l.conns[i].goAway()
+		}
+	}
+	l.flush()
+	return nil
+}

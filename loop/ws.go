@@ -1,0 +1,130 @@
+package loop
+
+import (
+	"errors"
+
+	"github.com/gobwas/ws"
+
+	"github.com/openengine/edge/codec"
+)
+
+// frames decodes WebSocket input: the upgrade request first, then frames.
+// Returns the bytes used. Runs on the loop.
+func (w *conn) frames(buf []byte) int {
+	off := 0
+	if w.state == stateHandshake {
+		off = w.handshake(buf)
+	}
+	for w.state == stateOpen && !w.paused && off < len(buf) {
+		ev, n, err := w.rd.Next(buf[off:])
+		off += n
+		if err != nil {
+			w.fail(err)
+			break
+		}
+		if ev.Kind == codec.EventNone {
+			break
+		}
+		w.event(ev)
+		if w.state == stateOpen && !w.Writable() {
+			w.pause()
+		}
+	}
+	if w.state == stateClosing {
+		// After our close frame only the peer's close matters; everything else
+		// is discarded.
+		off = w.drainClosing(buf, off)
+	}
+	return off
+}
+
+func (w *conn) event(ev codec.Event) {
+	switch ev.Kind {
+	case codec.EventText:
+		w.sess.HandleMessage(ev.Payload)
+	case codec.EventPing:
+		w.appendFrame(ws.OpPong, ev.Payload)
+	case codec.EventPong:
+	case codec.EventClose:
+		// Answer the peer's close by echoing its code (RFC 6455 section 5.5.1);
+		// then the server closes the TCP connection first (section 7.1.1).
+		// Queued output is discarded.
+		if w.out == nil {
+			w.out = w.l.getBuf()
+		}
+		w.out = w.out[:0]
+		if ev.Code == ws.StatusNoStatusRcvd {
+			w.out = codec.AppendFrame(w.out, ws.OpClose, nil)
+		} else {
+			w.out = codec.AppendClose(w.out, ev.Code, "")
+		}
+		w.l.markDirty(w)
+		w.sess.Close()
+		w.setState(stateClosing)
+		w.hangup = true
+	}
+}
+
+// drainClosing discards input after the server's close frame, watching for the
+// peer's close so that the TCP connection can be dropped early.
+func (w *conn) drainClosing(buf []byte, off int) int {
+	if w.hangup {
+		return len(buf)
+	}
+	for off < len(buf) {
+		ev, n, err := w.rd.Next(buf[off:])
+		off += n
+		if err != nil || ev.Kind == codec.EventClose {
+			w.hangup = true
+			w.l.markDirty(w)
+			return len(buf)
+		}
+		if ev.Kind == codec.EventNone {
+			break
+		}
+	}
+	return len(buf)
+}
+
+// handshake parses the HTTP upgrade request and answers it (CONTRACT.md
+// section 1.1). Returns the bytes used.
+func (w *conn) handshake(buf []byte) int {
+	cfg := w.cfg()
+	req, n, err := codec.ParseRequest(buf, cfg.MaxHeaderBytes)
+	switch {
+	case errors.Is(err, codec.ErrNeedMore):
+		return 0
+	case errors.Is(err, codec.ErrHeaderTooLarge):
+		w.reject(431)
+		return len(buf)
+	case err != nil:
+		w.reject(400)
+		return len(buf)
+	}
+	if status := codec.CheckUpgrade(&req, cfg.WSPath); status != 101 {
+		w.reject(status)
+		return len(buf)
+	}
+	w.out = codec.AppendAccept(w.l.getBuf(), req.Key)
+	w.l.markDirty(w)
+	w.open()
+	return n
+}
+
+// reject answers a failed upgrade with an HTTP error and closes.
+func (w *conn) reject(status int) {
+	w.out = codec.AppendHTTPError(w.l.getBuf(), status)
+	w.setState(stateClosing)
+	w.hangup = true
+	w.l.markDirty(w)
+}
+
+// fail closes the connection for a decoding error with its close code
+// (CONTRACT.md section 1.1).
+func (w *conn) fail(err error) {
+	var ce *codec.CloseError
+	if !errors.As(err, &ce) {
+		ce = &codec.CloseError{Code: ws.StatusProtocolError}
+	}
+	w.closeWith(ce.Code, ce.Reason)
+}

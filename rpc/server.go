@@ -1,0 +1,141 @@
+// Package rpc is the transport-agnostic JSON-RPC 2.0 protocol core of edge: the
+// per-connection Session (in-flight ids, generations, task slots, cancellation,
+// admission) and the Server that holds what sessions share.
+//
+// A Session is owned by one event loop and has no mutex: the loop calls
+// HandleMessage for every inbound message and Complete for every finished task
+// that a worker posted back. Workers never touch session state; they run the
+// backend call and post the Task, tagged with its generation, to the loop, which
+// drops it if the request was cancelled or its id now belongs to a newer request.
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/openengine/edge/backend"
+)
+
+// CancelReply selects what a cancelled request gets (CONTRACT.md section 4).
+type CancelReply uint8
+
+const (
+	// CancelReplyNone sends nothing for a cancelled request (the default).
+	CancelReplyNone CancelReply = iota
+	// CancelReplyError sends exactly one -32800 Request cancelled error.
+	CancelReplyError
+)
+
+// ParseCancelReply parses the --cancel-reply flag value.
+func ParseCancelReply(s string) (CancelReply, error) {
+	switch s {
+	case "none", "":
+		return CancelReplyNone, nil
+	case "error":
+		return CancelReplyError, nil
+	}
+	return 0, fmt.Errorf("rpc: cancel reply %q: want none or error", s)
+}
+
+func (c CancelReply) String() string {
+	if c == CancelReplyError {
+		return "error"
+	}
+	return "none"
+}
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// MaxConnTasks is the number of task slots per connection [256].
+	MaxConnTasks int
+	// CancelReply selects the answer to a cancelled request [none].
+	CancelReply CancelReply
+	// Registry lists the methods [DefaultRegistry()].
+	Registry *Registry
+	// Handler serves backend methods (required).
+	Handler backend.Handler
+	// Pool runs backend calls and holds the global task cap (required).
+	Pool *backend.Pool
+	// SubscriptionBuffer is the number of undelivered events a subscription may
+	// hold before it is closed SLOW_CONSUMER [1024].
+	SubscriptionBuffer int
+	// SubscriptionBufferBytes caps the bytes of those events [16 MiB].
+	SubscriptionBufferBytes int
+	// Logger receives diagnostics [slog.Default()].
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxConnTasks            = 256
+	DefaultSubscriptionBuffer      = 1024
+	DefaultSubscriptionBufferBytes = 16 << 20
+)
+
+// Validate reports every problem with c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.MaxConnTasks < 0 {
+		errs = append(errs, fmt.Errorf("rpc: max conn tasks %d must be positive", c.MaxConnTasks))
+	}
+	if c.SubscriptionBuffer < 0 {
+		errs = append(errs, fmt.Errorf("rpc: subscription buffer %d must be positive", c.SubscriptionBuffer))
+	}
+	if c.SubscriptionBufferBytes < 0 {
+		errs = append(errs, fmt.Errorf("rpc: subscription buffer bytes %d must be positive", c.SubscriptionBufferBytes))
+	}
+	if c.Handler == nil {
+		errs = append(errs, errors.New("rpc: no backend handler"))
+	}
+	if c.Pool == nil {
+		errs = append(errs, errors.New("rpc: no worker pool"))
+	}
+	if c.CancelReply > CancelReplyError {
+		errs = append(errs, fmt.Errorf("rpc: cancel reply %d unknown", c.CancelReply))
+	}
+	return errors.Join(errs...)
+}
+
+// Server holds what every session shares: configuration, registry, backend,
+// worker pool, and the draining flag. Safe for concurrent use.
+type Server struct {
+	cfg        Config             // immutable after NewServer
+	subscriber backend.Subscriber // immutable after NewServer: Handler as a Subscriber, or nil
+	draining   atomic.Bool
+}
+
+// NewServer validates cfg, fills defaults and returns a Server.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxConnTasks == 0 {
+		cfg.MaxConnTasks = DefaultMaxConnTasks
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = DefaultRegistry()
+	}
+	if cfg.SubscriptionBuffer == 0 {
+		cfg.SubscriptionBuffer = DefaultSubscriptionBuffer
+	}
+	if cfg.SubscriptionBufferBytes == 0 {
+		cfg.SubscriptionBufferBytes = DefaultSubscriptionBufferBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	sub, _ := cfg.Handler.(backend.Subscriber)
+	return &Server{cfg: cfg, subscriber: sub}, nil
+}
+
+// Drain makes every session answer new requests with SERVER_SHUTTING_DOWN
+// (CONTRACT.md section 9). Work already admitted continues. Safe for concurrent use.
+func (srv *Server) Drain() { srv.draining.Store(true) }
+
+// Draining reports whether Drain was called. Safe for concurrent use.
+func (srv *Server) Draining() bool { return srv.draining.Load() }
+
+// Running reports the backend tasks running across all sessions. Safe for concurrent use.
+func (srv *Server) Running() int { return srv.cfg.Pool.Running() }

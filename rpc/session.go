@@ -1,0 +1,324 @@
+package rpc
+
+import (
+	"strconv"
+
+	"github.com/openengine/edge/codec"
+)
+
+// Transport is the binding a session serves (CONTRACT.md section 1).
+type Transport uint8
+
+const (
+	// WebSocket is the cloud data plane binding: $/cancelRequest is honoured.
+	WebSocket Transport = iota + 1
+	// NDJSON is the stdio and TCP binding: $/cancelRequest is an ordinary envelope.
+	NDJSON
+)
+
+// Sink is where a session writes its outbound messages. Implemented by the
+// transport; called only on the session's loop.
+type Sink interface {
+	// Send queues one complete JSON-RPC message for the peer; the transport frames
+	// it. msg is valid only during the call.
+	Send(msg []byte)
+	// OutboundBytes reports the bytes queued for the peer and not yet written.
+	OutboundBytes() int
+	// Writable reports whether the connection is below its soft outbound cap,
+	// i.e. whether subscription events may be written now. When it becomes
+	// writable again the transport calls Session.Resume.
+	Writable() bool
+}
+
+// Completion is work that a worker hands back to a session's event loop: a
+// finished task, later also subscription events. The loop calls Apply.
+type Completion interface {
+	// Apply applies the completion to its session. Must be called on the loop
+	// that owns the session.
+	Apply()
+}
+
+// Poster hands completions back to the event loop that owns the session.
+// Implementations must be safe for concurrent use and must not block.
+type Poster interface {
+	Post(c Completion)
+}
+
+// Session is the protocol state of one connection: the in-flight id table, the
+// task slots, generations, and cancellation (CONTRACT.md sections 2-4).
+//
+// A Session is owned by one event loop. Every method must be called on that
+// loop, except where documented otherwise.
+type Session struct {
+	srv       *Server   // immutable after NewSession
+	transport Transport // immutable after NewSession
+	sink      Sink      // immutable after NewSession
+	post      Poster    // immutable after NewSession
+
+	inflight map[string]*Task // loop-owned: tracked requests holding their id; lazily made
+	active   taskList         // loop-owned: dispatched tasks holding a slot, until their worker returns
+	gen      uint64           // loop-owned: generation of the last dispatched task
+	closed   bool             // loop-owned
+
+	subs    map[string]*subscription // loop-owned: subscriptions not ended, by id; lazily made
+	nextSub uint64                   // loop-owned: last subscription number
+	blocked []*subscription          // loop-owned: live subscriptions with events held back
+
+	buf  []byte // loop-owned scratch: encoded message
+	key  []byte // loop-owned scratch: id identity key
+	name []byte // loop-owned scratch: unescaped method name
+}
+
+// NewSession returns the session of a new connection. Must be called on the
+// connection's event loop.
+func (srv *Server) NewSession(t Transport, sink Sink, post Poster) *Session {
+	return &Session{srv: srv, transport: t, sink: sink, post: post}
+}
+
+// Stats is a snapshot of a session's bookkeeping.
+type Stats struct {
+	InFlightIDs int // tracked requests whose id is reserved
+	Tasks       int // slots held (running backend calls, including cancelled ones not yet returned)
+	// Subscriptions counts subscriptions that have not ended.
+	Subscriptions int
+}
+
+// Stats returns the session's bookkeeping counts. Must be called on the loop.
+func (s *Session) Stats() Stats {
+	return Stats{InFlightIDs: len(s.inflight), Tasks: s.active.n, Subscriptions: len(s.subs)}
+}
+
+// Busy reports whether the session has work other than live subscriptions:
+// unary calls running or requests not yet answered. Must be called on the loop.
+func (s *Session) Busy() bool {
+	for t := s.active.head; t != nil; t = t.next {
+		if t.sub == nil || !t.sub.answered {
+			return true
+		}
+	}
+	return false
+}
+
+// Closed reports whether Close was called. Must be called on the loop.
+func (s *Session) Closed() bool { return s.closed }
+
+// HandleMessage classifies one inbound message and acts on it (CONTRACT.md
+// sections 2-4). msg is valid only during the call. Must be called on the loop.
+func (s *Session) HandleMessage(msg []byte) {
+	if s.closed {
+		return
+	}
+	env := codec.Classify(msg, s.transport == WebSocket)
+	switch env.Kind {
+	case codec.KindParseError:
+		s.nullError(codec.CodeParseError, "Parse error")
+	case codec.KindInvalid:
+		s.nullError(codec.CodeInvalidRequest, "Invalid Request")
+	case codec.KindCancel:
+		s.cancel(env.IDKind, env.CancelID)
+	case codec.KindSubCancel:
+		s.cancelSubscription(env.SubscriptionID)
+	case codec.KindTracked:
+		s.request(&env, true)
+	case codec.KindUntracked:
+		s.request(&env, false)
+	}
+}
+
+// slotsFull reports whether every task slot of the connection is taken.
+func (s *Session) slotsFull() bool { return s.active.n >= s.srv.cfg.MaxConnTasks }
+
+// nullError answers with an id-less error, or drops the message silently while
+// every slot is busy (CONTRACT.md section 3.2).
+func (s *Session) nullError(code codec.Code, message string) {
+	if s.slotsFull() {
+		return
+	}
+	s.sendError(nil, code, message, "", nil)
+}
+
+// request admits and dispatches a tracked or untracked request (CONTRACT.md
+// sections 2.5 and 3).
+func (s *Session) request(env *codec.Envelope, tracked bool) {
+	if tracked {
+		s.key = codec.IDKey(s.key[:0], env.IDKind, env.ID)
+		if _, dup := s.inflight[string(s.key)]; dup {
+			s.sendError(env.ID, codec.CodeInvalidRequest, "Invalid Request", "DUPLICATE_REQUEST_ID", nil)
+			return
+		}
+	}
+	if s.slotsFull() {
+		s.sendError(env.ID, codec.CodeServerError, "Server busy", "SERVER_BUSY", nil)
+		return
+	}
+	if tracked && !env.JSONRPCIs20() {
+		s.sendError(nil, codec.CodeInvalidRequest, "Invalid Request", "", nil)
+		return
+	}
+	if s.srv.Draining() {
+		s.sendError(env.ID, codec.CodeServerError, "Server shutting down", "SERVER_SHUTTING_DOWN", nil)
+		return
+	}
+	var m *Method
+	if name, ok := codec.AppendUnquote(s.name[:0], env.Method); ok {
+		s.name = name
+		m = s.srv.cfg.Registry.Lookup(name)
+	}
+	if m == nil || (m.Kind == Subscription && (!tracked || s.srv.subscriber == nil)) {
+		s.sendError(env.ID, codec.CodeMethodNotFound, "Method not found", "", nil)
+		return
+	}
+	if !isObject(env.Params) {
+		s.sendError(env.ID, codec.CodeInvalidParams, "Invalid params", "", nil)
+		return
+	}
+	if m.Kind == Local {
+		s.stats(env.ID)
+		return
+	}
+	if !s.srv.cfg.Pool.TryAcquire() {
+		s.sendError(env.ID, codec.CodeServerError, "Server busy", "SERVER_BUSY", nil)
+		return
+	}
+	s.dispatch(env, m, tracked)
+}
+
+// dispatch hands an admitted request to a worker. The caller holds a global
+// slot; the task takes a connection slot and, if tracked, its id.
+func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
+	s.gen++
+	t := &Task{sess: s, gen: s.gen, method: m}
+	owned := make([]byte, len(env.ID)+len(env.Params))
+	n := copy(owned, env.ID)
+	copy(owned[n:], env.Params)
+	t.id, t.params = owned[:n:n], owned[n:]
+	if tracked {
+		t.key = string(s.key)
+		if s.inflight == nil {
+			s.inflight = make(map[string]*Task)
+		}
+		s.inflight[t.key] = t
+	}
+	if m.Kind == Subscription {
+		s.newSubscription(t)
+	}
+	s.active.push(t)
+	s.srv.cfg.Pool.Submit(t)
+}
+
+// Complete applies a finished task that a worker posted back. The task's slot
+// is freed now that its worker has returned. Its result is written only if the
+// request is still the live owner of its id: a cancelled request, or one whose
+// id has been taken by a newer request (another generation), is dropped and can
+// neither answer, release nor cancel anything else (CONTRACT.md section 4).
+// Must be called on the loop, once per dispatched task, also after Close.
+func (s *Session) Complete(t *Task) {
+	if t.sub != nil {
+		s.completeSubscription(t)
+		return
+	}
+	s.active.remove(t)
+	if s.closed || t.cancelled {
+		return
+	}
+	if t.key != "" {
+		cur, ok := s.inflight[t.key]
+		if !ok || cur.gen != t.gen {
+			return // stale: not ours any more
+		}
+		// The id is released just before the response is written, so a client
+		// that sees the response may reuse it at once (CONTRACT.md section 3.3).
+		delete(s.inflight, t.key)
+	}
+	if t.err != nil {
+		code, msg, dataCode, details := errorFields(t.err)
+		s.sendError(t.id, code, msg, dataCode, details)
+		return
+	}
+	s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
+	s.sink.Send(s.buf)
+}
+
+// cancel handles $/cancelRequest (CONTRACT.md section 4): the request's id is
+// freed at once and its backend context cancelled; its slot stays taken until
+// the worker returns. Unknown ids are a silent no-op.
+func (s *Session) cancel(kind codec.IDKind, id []byte) {
+	s.key = codec.IDKey(s.key[:0], kind, id)
+	t, ok := s.inflight[string(s.key)]
+	if !ok || t.sub != nil {
+		return // unknown, completed, or establishing a subscription: no-op
+	}
+	delete(s.inflight, t.key)
+	t.cancelled = true
+	t.ctx.cancel()
+	if s.srv.cfg.CancelReply == CancelReplyError {
+		s.sendError(t.id, codec.CodeRequestCancelled, "Request cancelled", "", nil)
+	}
+}
+
+// Close ends the session: every running backend call is cancelled and every id
+// released. Tasks still running free their slots when they complete; their
+// results are dropped. Must be called on the loop.
+func (s *Session) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	for t := s.active.head; t != nil; t = t.next {
+		t.cancelled = true
+		t.ctx.cancel()
+		if t.sub != nil {
+			t.sub.state = subEnded
+			t.sub.st.close()
+		}
+	}
+	s.inflight, s.subs, s.blocked = nil, nil, nil
+	s.buf, s.key, s.name = nil, nil, nil
+}
+
+// stats answers edge/stats inline with this connection's bookkeeping, not
+// counting the stats request itself (CONTRACT.md section 8).
+func (s *Session) stats(id []byte) {
+	st := s.Stats()
+	b := append(s.buf[:0], `{"inFlightIds":`...)
+	b = strconv.AppendInt(b, int64(st.InFlightIDs), 10)
+	b = append(b, `,"tasks":`...)
+	b = strconv.AppendInt(b, int64(st.Tasks), 10)
+	b = append(b, `,"subscriptions":`...)
+	b = strconv.AppendInt(b, int64(st.Subscriptions), 10)
+	b = append(b, `,"outboundBytes":`...)
+	b = strconv.AppendInt(b, int64(s.sink.OutboundBytes()), 10)
+	b = append(b, '}')
+	// Encode the response after the result bytes, then send that part.
+	n := len(b)
+	b = codec.AppendResult(b, id, b[:n])
+	s.buf = b
+	s.sink.Send(b[n:])
+}
+
+func (s *Session) sendError(id []byte, code codec.Code, message, dataCode string, details []byte) {
+	s.buf = codec.AppendError(s.buf[:0], id, code, message, dataCode, details)
+	s.sink.Send(s.buf)
+}
+
+// isObject reports whether a raw JSON value is an object. The classifier has
+// already validated it, so the first byte decides.
+func isObject(v []byte) bool {
+	for _, c := range v {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}
+
+// HandleParseError answers input that could not be framed as a message, such
+// as an over-long NDJSON line, with -32700 Parse error, id null (CONTRACT.md
+// section 1.2). Must be called on the loop.
+func (s *Session) HandleParseError() {
+	if !s.closed {
+		s.nullError(codec.CodeParseError, "Parse error")
+	}
+}

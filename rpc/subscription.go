@@ -1,0 +1,437 @@
+package rpc
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/openengine/edge/codec"
+)
+
+// subState is the lifecycle of a subscription. Legal transitions:
+//
+//	establishing -> live     the success response is written
+//	establishing -> ended    establishment failed, subscription/cancel, or the connection closed
+//	live         -> ended    done (producer returned, every event delivered), SLOW_CONSUMER,
+//	                         subscription/cancel, shutdown, or the connection closed
+type subState uint8
+
+const (
+	subEstablishing subState = iota
+	subLive
+	subEnded
+)
+
+// Close reasons of subscription/closed (CONTRACT.md section 5).
+type closeReason uint8
+
+const (
+	reasonNone         closeReason = iota // no notification (client cancel, connection closed)
+	reasonDone                            // "done"
+	reasonSlowConsumer                    // "SLOW_CONSUMER"
+)
+
+func (r closeReason) String() string {
+	switch r {
+	case reasonDone:
+		return "done"
+	case reasonSlowConsumer:
+		return "SLOW_CONSUMER"
+	}
+	return ""
+}
+
+// subscription is one subscription of a session. The stream is shared with the
+// producer; everything else is loop-owned.
+type subscription struct {
+	id    string // immutable: unique per connection
+	idTok []byte // immutable: id as a JSON string token
+	task  *Task  // immutable: runs the producer and holds the slot
+	st    stream
+
+	state        subState    // loop-owned
+	answered     bool        // loop-owned: the establishing request got its response
+	producerDone bool        // loop-owned: the producer returned (its task completed)
+	blocked      bool        // loop-owned: in Session.blocked, waiting for the socket
+	endReason    closeReason // loop-owned: notification owed once the establishing request is answered
+	lastCursor   []byte      // loop-owned: cursor of the last event handed to the socket
+}
+
+// slot is one buffered event.
+type slot struct {
+	cursor, body []byte
+}
+
+// stream is the hand-off between a subscription's producer (a worker) and its
+// loop: a bounded ring of undelivered events plus the establishment result.
+// The producer never touches session state; it posts the stream to the loop,
+// which drains it in Apply. Safe for concurrent use.
+type stream struct {
+	sub      *subscription // immutable
+	post     Poster        // immutable
+	max      int           // immutable: capacity in events
+	maxBytes int           // immutable: capacity in body bytes
+
+	mu        sync.Mutex
+	ring      []slot        // guarded by mu; grows to max
+	head, n   int           // guarded by mu
+	bytes     int           // guarded by mu: body bytes buffered
+	result    []byte        // guarded by mu: establishment result, until taken
+	overflow  bool          // guarded by mu: the buffer overflowed
+	closed    bool          // guarded by mu: no more events are accepted
+	scheduled bool          // guarded by mu: the stream is queued on the loop
+	room      chan struct{} // signalled (cap 1) when the loop frees room
+}
+
+// ID implements backend.Stream.
+func (st *stream) ID() string { return st.sub.id }
+
+// Establish implements backend.Stream.
+func (st *stream) Establish(result []byte) {
+	st.mu.Lock()
+	st.result = append(make([]byte, 0, len(result)), result...)
+	post := st.schedule()
+	st.mu.Unlock()
+	if post {
+		st.post.Post(st)
+	}
+}
+
+// schedule marks the stream queued and reports whether the caller must post
+// it. Called with mu held.
+func (st *stream) schedule() bool {
+	if st.scheduled {
+		return false
+	}
+	st.scheduled = true
+	return true
+}
+
+// Emit implements backend.Stream.
+func (st *stream) Emit(cursor, body []byte) bool {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return false
+	}
+	ok := st.n < st.max && st.bytes+len(body) <= st.maxBytes
+	if ok {
+		st.push(cursor, body)
+	} else {
+		st.overflow = true
+		st.closed = true
+	}
+	post := st.schedule()
+	st.mu.Unlock()
+	if post {
+		st.post.Post(st)
+	}
+	return ok
+}
+
+// EmitWait implements backend.Stream.
+func (st *stream) EmitWait(ctx context.Context, cursor, body []byte) bool {
+	for {
+		st.mu.Lock()
+		if st.closed {
+			st.mu.Unlock()
+			return false
+		}
+		if st.n < st.max && (st.n == 0 || st.bytes+len(body) <= st.maxBytes) {
+			st.push(cursor, body)
+			post := st.schedule()
+			st.mu.Unlock()
+			if post {
+				st.post.Post(st)
+			}
+			return true
+		}
+		st.mu.Unlock()
+		select {
+		case <-st.room:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// push appends one event to the ring, reusing slot buffers. Called with mu held.
+func (st *stream) push(cursor, body []byte) {
+	if st.n == len(st.ring) {
+		st.grow()
+	}
+	i := (st.head + st.n) % len(st.ring)
+	s := &st.ring[i]
+	s.cursor = append(s.cursor[:0], cursor...)
+	s.body = append(s.body[:0], body...)
+	st.n++
+	st.bytes += len(body)
+}
+
+func (st *stream) grow() {
+	size := max(8, 2*len(st.ring))
+	size = min(size, st.max)
+	ring := make([]slot, size)
+	for i := 0; i < st.n; i++ {
+		ring[i] = st.ring[(st.head+i)%len(st.ring)]
+	}
+	st.ring, st.head = ring, 0
+}
+
+// close stops the stream: no more events are accepted and buffered ones are
+// dropped. Safe for concurrent use.
+func (st *stream) close() {
+	st.mu.Lock()
+	st.closed = true
+	st.ring, st.head, st.n, st.bytes = nil, 0, 0, 0
+	st.mu.Unlock()
+	st.signalRoom()
+}
+
+func (st *stream) signalRoom() {
+	select {
+	case st.room <- struct{}{}:
+	default:
+	}
+}
+
+// Apply drains the stream into the session. Must be called on the loop.
+func (st *stream) Apply() { st.sub.task.sess.deliver(st.sub) }
+
+// deliver applies what the producer handed over: the establishment result,
+// then as many events as the connection can take (CONTRACT.md section 5).
+// Must be called on the loop.
+func (s *Session) deliver(sub *subscription) {
+	st := &sub.st
+	st.mu.Lock()
+	st.scheduled = false
+	result := st.result
+	st.result = nil
+	overflow := st.overflow
+	st.mu.Unlock()
+	if result != nil && !sub.answered {
+		s.established(sub, result)
+	}
+	if s.closed || sub.state != subLive {
+		return
+	}
+	if overflow {
+		s.endSubscription(sub, reasonSlowConsumer)
+		return
+	}
+	s.drainEvents(sub)
+}
+
+// established answers the establishing request with its result. The request's
+// id is released now; the subscription becomes live unless it already ended
+// (a subscription/cancel that raced establishment), in which case the request
+// still gets its answer but no event follows.
+func (s *Session) established(sub *subscription, result []byte) {
+	sub.answered = true
+	t := sub.task
+	if s.closed {
+		return
+	}
+	s.releaseID(t)
+	if sub.state == subEstablishing {
+		sub.state = subLive
+	}
+	s.buf = codec.AppendResult(s.buf[:0], t.id, result)
+	s.sink.Send(s.buf)
+	if sub.endReason != reasonNone {
+		// Ended while establishing (shutdown): the close follows the response.
+		s.buf = appendClosed(s.buf[:0], sub.idTok, sub.endReason, nil)
+		s.sink.Send(s.buf)
+	}
+}
+
+// releaseID frees the id of t if t still owns it.
+func (s *Session) releaseID(t *Task) bool {
+	if t.key == "" {
+		return true
+	}
+	if cur, ok := s.inflight[t.key]; ok && cur.gen == t.gen {
+		delete(s.inflight, t.key)
+		return true
+	}
+	return false
+}
+
+// drainEvents writes buffered events while the connection is writable. Must be
+// called on the loop.
+func (s *Session) drainEvents(sub *subscription) {
+	st := &sub.st
+	st.mu.Lock()
+	delivered := 0
+	for st.n > 0 && s.sink.Writable() {
+		e := &st.ring[st.head]
+		s.buf = appendEvent(s.buf[:0], sub.idTok, e.body)
+		s.sink.Send(s.buf)
+		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
+		st.head = (st.head + 1) % len(st.ring)
+		st.n--
+		st.bytes -= len(e.body)
+		delivered++
+	}
+	remaining := st.n
+	st.mu.Unlock()
+	if delivered > 0 {
+		st.signalRoom()
+	}
+	if remaining > 0 {
+		if !sub.blocked {
+			sub.blocked = true
+			s.blocked = append(s.blocked, sub)
+		}
+		return
+	}
+	if sub.producerDone {
+		s.endSubscription(sub, reasonDone)
+	}
+}
+
+// Resume delivers events held back while the connection was over its soft
+// outbound cap. The transport calls it once the connection is writable again.
+// Must be called on the loop.
+func (s *Session) Resume() {
+	if s.closed || len(s.blocked) == 0 {
+		return
+	}
+	blocked := s.blocked
+	s.blocked = nil
+	for i, sub := range blocked {
+		blocked[i] = nil
+		sub.blocked = false
+		if sub.state == subLive {
+			s.drainEvents(sub)
+		}
+	}
+}
+
+// endSubscription ends sub: the producer is cancelled, buffered events are
+// dropped, and unless reason is reasonNone the client gets subscription/closed
+// with the cursor of the last event handed to the socket. The slot is freed
+// once the producer has returned too. Must be called on the loop.
+func (s *Session) endSubscription(sub *subscription, reason closeReason) {
+	if sub.state == subEnded {
+		return
+	}
+	establishing := sub.state == subEstablishing
+	sub.state = subEnded
+	sub.st.close()
+	sub.task.ctx.cancel()
+	delete(s.subs, sub.id)
+	if establishing {
+		// The notification may not precede the response: it is owed until then.
+		sub.endReason = reason
+	} else if reason != reasonNone && !s.closed {
+		s.buf = appendClosed(s.buf[:0], sub.idTok, reason, sub.lastCursor)
+		s.sink.Send(s.buf)
+	}
+	if sub.producerDone {
+		s.active.remove(sub.task)
+	}
+}
+
+// completeSubscription applies the return of a subscription's producer.
+func (s *Session) completeSubscription(t *Task) {
+	sub := t.sub
+	sub.producerDone = true
+	if s.closed || sub.state == subEnded {
+		if sub.answered || s.closed {
+			s.active.remove(t)
+			return
+		}
+	}
+	if !sub.answered {
+		// The producer returned without establishing: the request fails, or,
+		// if the subscription was cancelled meanwhile, it is a cancelled
+		// request (CONTRACT.md section 4: nothing, or one -32800).
+		sub.answered = true
+		err := t.err
+		if err == nil {
+			err = errNotEstablished
+		}
+		if s.releaseID(t) {
+			switch {
+			case sub.state != subEnded:
+				code, msg, dataCode, details := errorFields(err)
+				s.sendError(t.id, code, msg, dataCode, details)
+			case s.srv.cfg.CancelReply == CancelReplyError:
+				s.sendError(t.id, codec.CodeRequestCancelled, "Request cancelled", "", nil)
+			}
+		}
+		sub.state = subEnded
+		sub.st.close()
+		delete(s.subs, sub.id)
+		s.active.remove(t)
+		return
+	}
+	// Established and still live: "done" once every buffered event is out.
+	s.drainEvents(sub)
+}
+
+// cancelSubscription handles subscription/cancel (CONTRACT.md section 2.3):
+// inline, no reply, no subscription/closed; unknown ids are a no-op.
+func (s *Session) cancelSubscription(tok []byte) {
+	if len(s.subs) == 0 {
+		return
+	}
+	name, ok := codec.AppendUnquote(s.name[:0], tok)
+	if !ok {
+		return
+	}
+	s.name = name
+	if sub := s.subs[string(name)]; sub != nil {
+		s.endSubscription(sub, reasonNone)
+	}
+}
+
+// EndSubscriptions ends every live subscription with subscription/closed
+// "done" (graceful shutdown, CONTRACT.md section 9). Must be called on the loop.
+func (s *Session) EndSubscriptions() {
+	for _, sub := range s.subs {
+		s.endSubscription(sub, reasonDone)
+	}
+}
+
+// appendEvent encodes {"jsonrpc":"2.0","method":"event","params":{"subscriptionId":<id>[,<body>]}}.
+func appendEvent(dst, idTok, body []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":`...)
+	dst = append(dst, idTok...)
+	if len(body) > 0 {
+		dst = append(dst, ',')
+		dst = append(dst, body...)
+	}
+	return append(dst, "}}"...)
+}
+
+// appendClosed encodes the subscription/closed notification.
+func appendClosed(dst, idTok []byte, reason closeReason, cursor []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":`...)
+	dst = append(dst, idTok...)
+	dst = append(dst, `,"reason":"`...)
+	dst = append(dst, reason.String()...)
+	dst = append(dst, '"')
+	if len(cursor) > 0 {
+		dst = append(dst, `,"lastDeliveredCursor":`...)
+		dst = append(dst, cursor...)
+	}
+	return append(dst, "}}"...)
+}
+
+// newSubscription registers a subscription for task t; it is live (cancellable)
+// from now on, before its establishment runs.
+func (s *Session) newSubscription(t *Task) *subscription {
+	s.nextSub++
+	id := "s" + strconv.FormatUint(s.nextSub, 10)
+	sub := &subscription{id: id, idTok: []byte(`"` + id + `"`), task: t}
+	sub.st = stream{sub: sub, post: s.post, max: s.srv.cfg.SubscriptionBuffer,
+		maxBytes: s.srv.cfg.SubscriptionBufferBytes, room: make(chan struct{}, 1)}
+	if s.subs == nil {
+		s.subs = make(map[string]*subscription)
+	}
+	s.subs[id] = sub
+	t.sub = sub
+	return sub
+}
