@@ -23,13 +23,14 @@ var (
 // gateway's test and benchmark methods (CONTRACT.md section 8). Safe for
 // concurrent use.
 type Memory struct {
-	mu    sync.Mutex
-	gates map[string][]chan struct{} // guarded by mu: waiters by gate name
+	mu     sync.Mutex
+	gates  map[string][]chan struct{} // guarded by mu: waiters by gate name
+	topics map[string]*topic          // guarded by mu: edge/topic subscribers by name
 }
 
 // NewMemory returns an empty memory backend.
 func NewMemory() *Memory {
-	return &Memory{gates: make(map[string][]chan struct{})}
+	return &Memory{gates: make(map[string][]chan struct{}), topics: make(map[string]*topic)}
 }
 
 // Call implements Handler.
@@ -47,6 +48,8 @@ func (m *Memory) Call(ctx context.Context, method string, params, dst []byte) ([
 		return m.gate(ctx, params, dst)
 	case "edge/open":
 		return m.open(params, dst)
+	case "edge/publish":
+		return m.publish(params, dst)
 	case "plan", "apply", "update", "stop", "retry", "resubmit", "delete",
 		"run/submit", "run/list", "run/status", "run/force":
 		return dst, InvalidPhase(method)

@@ -14,6 +14,8 @@ func (m *Memory) Subscribe(ctx context.Context, method string, params []byte, s 
 	switch method {
 	case "edge/ticks":
 		return m.ticks(ctx, params, s)
+	case "edge/topic":
+		return m.subscribeTopic(ctx, params, s)
 	case "watch":
 		// The empty cluster has nothing to report: the subscription parks
 		// until it is cancelled.

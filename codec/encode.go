@@ -64,7 +64,7 @@ func AppendError(dst, id []byte, code Code, message, dataCode string, details []
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = appendRaw(dst, id)
 	dst = append(dst, `,"error":{"code":`...)
-	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = appendCode(dst, code)
 	dst = append(dst, `,"message":`...)
 	dst = AppendQuote(dst, message)
 	if dataCode != "" {
@@ -93,6 +93,27 @@ func AppendNotification(dst []byte, method string, params []byte) []byte {
 	return append(dst, '}')
 }
 
+// appendCode appends code in decimal, with the contract's codes as constants.
+func appendCode(dst []byte, code Code) []byte {
+	switch code {
+	case CodeParseError:
+		return append(dst, "-32700"...)
+	case CodeInvalidRequest:
+		return append(dst, "-32600"...)
+	case CodeMethodNotFound:
+		return append(dst, "-32601"...)
+	case CodeInvalidParams:
+		return append(dst, "-32602"...)
+	case CodeInternalError:
+		return append(dst, "-32603"...)
+	case CodeServerError:
+		return append(dst, "-32000"...)
+	case CodeRequestCancelled:
+		return append(dst, "-32800"...)
+	}
+	return strconv.AppendInt(dst, int64(code), 10)
+}
+
 // appendRaw appends a raw JSON value, or null when v is nil.
 func appendRaw(dst, v []byte) []byte {
 	if v == nil {
@@ -112,6 +133,15 @@ func AppendQuote(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i+8 <= len(s) { // eight safe bytes at a time, as in scanJSONString
+			w := s[i : i+8]
+			x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+				uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+			if jsonStrStops(x) == 0 {
+				i += 8
+				continue
+			}
+		}
 		c := s[i]
 		if jsonStrSafe[c] {
 			i++

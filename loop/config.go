@@ -48,6 +48,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ReadBufferBytes is the size of each loop's socket read buffer [65536].
 	ReadBufferBytes int
+	// Echo replaces JSON-RPC with a raw echo of every text message: the
+	// framing stack alone, for the benchmark ceiling and conformance tests.
+	Echo bool
 	// Logger receives the gateway's logs [slog.Default()].
 	Logger *slog.Logger
 }

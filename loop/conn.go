@@ -49,7 +49,7 @@ type conn struct {
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
-	sess *rpc.Session     // nil until the connection is open
+	sess session          // nil until the connection is open
 	out  []byte           // output produced this turn, written by flush
 	// dirty is set while the connection is in l.dirty.
 	dirty bool
@@ -80,9 +80,35 @@ func (w *conn) open() {
 	} else {
 		w.rd.MaxMessage = int64(w.cfg().MaxMessageBytes)
 	}
-	w.sess = w.l.srv.rpc.NewSession(t, w, w.l)
+	if w.cfg().Echo {
+		w.sess = echo{w}
+	} else {
+		w.sess = w.l.srv.rpc.NewSession(t, w, w.l)
+	}
 	w.setState(stateOpen)
 }
+
+// session is what a connection drives: an rpc.Session, or the raw echo of
+// Config.Echo. Its methods are called on the connection's loop.
+type session interface {
+	HandleMessage(msg []byte)
+	HandleParseError()
+	Resume()
+	EndSubscriptions()
+	Close()
+}
+
+var _ session = (*rpc.Session)(nil)
+
+// echo sends every message back unchanged: the framing stack without
+// JSON-RPC, as the ceiling of our own throughput and for conformance tests.
+type echo struct{ w *conn }
+
+func (e echo) HandleMessage(msg []byte) { e.w.Send(msg) }
+func (e echo) HandleParseError()        {}
+func (e echo) Resume()                  {}
+func (e echo) EndSubscriptions()        {}
+func (e echo) Close()                   {}
 
 // Send implements rpc.Sink: it frames msg for this turn's write (one text
 // frame, or one line). Output is dropped once the server has decided to close.

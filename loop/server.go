@@ -50,7 +50,7 @@ func New(cfg Config, srv *rpc.Server) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if srv == nil {
+	if srv == nil && !cfg.Echo {
 		return nil, errors.New("loop: no rpc server")
 	}
 	return &Server{
@@ -265,6 +265,9 @@ const pausedTick = 10 * time.Millisecond
 // WebSocket is closed with 1001 and the engine stops.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	if s.rpc == nil {
+		return s.Close(ctx)
+	}
 	s.rpc.Drain()
 	wait, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
 	defer cancel()

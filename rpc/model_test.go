@@ -11,7 +11,8 @@ import (
 
 // TestSessionModel runs random interleavings of requests (ids from a small
 // pool, so duplicates and reuse happen, with string and int ids and aliases
-// of the same id), duplicates, cancels of known and unknown ids, worker
+// of the same id), duplicates, reuse of a cancelled id whose worker still
+// runs, cancels of known and unknown ids, worker
 // completions in any order, loop drains and close against a simple model of
 // CONTRACT.md sections 3 and 4. MaxConnTasks is 3 so SERVER_BUSY happens.
 //
@@ -36,6 +37,7 @@ func TestSessionModel(t *testing.T) {
 		rt.Repeat(map[string]func(*rapid.T){
 			"send":      m.send,
 			"duplicate": m.duplicate,
+			"reuse":     m.reuse,
 			"cancel":    m.cancel,
 			"complete":  m.complete,
 			"applyNext": m.applyNext,
@@ -124,6 +126,42 @@ func (m *model) duplicate(t *rapid.T) {
 		t.Skip("no live request")
 	}
 	m.request(t, rapid.SampledFrom(same).Draw(t, "id"))
+}
+
+// reuse sends a new request with the id (maybe spelled differently) of a
+// cancelled request whose completion has not been applied yet: the
+// late-completion race of CONTRACT.md section 4.
+func (m *model) reuse(t *rapid.T) {
+	var ids []modelID
+	for _, r := range m.all {
+		if r.state != mCancelled || m.live[r.id.key] != nil || !m.pending(r) {
+			continue
+		}
+		for _, id := range modelIDs {
+			if id.key == r.id.key {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		t.Skip("no cancelled request still running")
+	}
+	m.request(t, rapid.SampledFrom(ids).Draw(t, "id"))
+}
+
+// pending reports whether r's completion has not been applied yet.
+func (m *model) pending(r *mreq) bool {
+	for _, q := range m.running {
+		if q == r {
+			return true
+		}
+	}
+	for _, q := range m.posted {
+		if q == r {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *model) request(t *rapid.T, id modelID) {

@@ -37,8 +37,8 @@ var (
 	oecpUnary = []string{"initialize", "plan", "apply", "update", "stop", "retry", "resubmit",
 		"delete", "get", "run/submit", "run/list", "run/status", "run/force"}
 	oecpSubscriptions = []string{"watch", "logs", "agent/attach", "run/watch", "run/logs", "run/attach"}
-	edgeUnary         = []string{"edge/echo", "edge/sleep", "edge/gate", "edge/open"}
-	edgeSubscriptions = []string{"edge/ticks"}
+	edgeUnary         = []string{"edge/echo", "edge/sleep", "edge/gate", "edge/open", "edge/publish"}
+	edgeSubscriptions = []string{"edge/ticks", "edge/topic"}
 )
 
 // NewRegistry returns a registry with the given unary and subscription methods

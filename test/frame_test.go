@@ -228,3 +228,26 @@ func TestClientClose(t *testing.T) {
 		gw.waitGate("client-close", 0)
 	})
 }
+
+// TestByteAtATime writes a fragmented message with a ping between its
+// fragments, then a second message, one byte per write: every frame header,
+// masking key and payload is split across reads.
+func TestByteAtATime(t *testing.T) {
+	gw := startGateway(t)
+	c := dial(t, gw)
+	msg := []byte(`{"jsonrpc":"2.0","id":"b","method":"edge/echo","params":{"s":"héllo"}}`)
+	var b []byte
+	b = append(b, frame(false, ws.OpText, msg[:25], true, 0)...)
+	b = append(b, frame(true, ws.OpPing, []byte("pp"), true, 0)...)
+	b = append(b, frame(false, ws.OpContinuation, nil, true, 0)...) // an empty fragment
+	b = append(b, frame(true, ws.OpContinuation, msg[25:], true, 0)...)
+	b = append(b, textFrame(`{"jsonrpc":"2.0","id":"c","method":"edge/echo","params":{}}`)...)
+	for i := range b {
+		c.write(b[i : i+1])
+	}
+	if op, p := c.readMessage(); op != ws.OpPong || string(p) != "pp" {
+		t.Fatalf("got %s, want pong %q", describe(op, p), "pp")
+	}
+	c.expectTexts(`{"jsonrpc":"2.0","id":"b","result":{"s":"héllo"}}`,
+		`{"jsonrpc":"2.0","id":"c","result":{}}`)
+}

@@ -2,19 +2,27 @@ package test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/rpc"
 )
 
-// stubborn wraps the memory backend with test/stubborn, a method that
-// ignores cancellation: it returns {"stubborn":true} only once release is
-// closed. It lets a test complete a backend call after its request was
-// cancelled, which is the race CONTRACT.md section 4 settles.
+// stubborn wraps the memory backend with methods that the memory backend
+// lacks:
+//   - test/stubborn ignores cancellation: it returns {"stubborn":true} only
+//     once release is closed. It lets a test complete a backend call after
+//     its request was cancelled, which is the race CONTRACT.md section 4
+//     settles.
+//   - test/panic panics; test/internal returns an internal error with
+//     details; test/plain returns an error that is not a *backend.Error;
+//     test/app returns an application error with details (CONTRACT.md
+//     section 7).
 type stubborn struct {
 	backend.Handler
 	release chan struct{}
@@ -22,26 +30,38 @@ type stubborn struct {
 }
 
 func (s *stubborn) Call(ctx context.Context, method string, params, dst []byte) ([]byte, error) {
-	if method == "test/stubborn" {
+	switch method {
+	case "test/stubborn":
 		<-s.release
 		return append(dst, `{"stubborn":true}`...), nil
+	case "test/panic":
+		panic("test/panic")
+	case "test/internal":
+		return dst, &backend.Error{Code: backend.CodeInternal, Message: "db exploded at 10.0.0.7",
+			DataCode: "DB_DOWN", Details: []byte(`{"host":"10.0.0.7"}`)}
+	case "test/plain":
+		return dst, errors.New("plain failure with secrets")
+	case "test/app":
+		return dst, &backend.Error{Code: backend.CodeApplication, Message: "Quota exceeded",
+			DataCode: "QUOTA", Details: []byte(`{"limit":[1,2]}`)}
 	}
 	return s.Handler.Call(ctx, method, params, dst)
 }
 
 func (s *stubborn) releaseAll() { s.once.Do(func() { close(s.release) }) }
 
-// withStubborn installs the stubborn backend method; it is released in
-// t.Cleanup (before the gateway stops) if the test has not done it.
-func withStubborn(t *testing.T, s *stubborn) func(*gwConfig) {
+// withStubborn installs the stubborn backend methods. The caller releases
+// test/stubborn calls in t.Cleanup if the test has not done it.
+func withStubborn(s *stubborn) func(*gwConfig) {
 	return func(c *gwConfig) {
 		s.Handler = c.rpc.Handler
 		s.release = make(chan struct{})
 		c.rpc.Handler = s
-		// CONTRACT.md section 8: the OECP v1 methods plus the test method.
+		// CONTRACT.md section 8: the OECP v1 methods plus the test methods.
 		c.rpc.Registry = rpc.NewRegistry(
 			[]string{"initialize", "plan", "apply", "update", "stop", "retry", "resubmit",
-				"delete", "get", "run/submit", "run/list", "run/status", "run/force", "test/stubborn"},
+				"delete", "get", "run/submit", "run/list", "run/status", "run/force",
+				"test/stubborn", "test/panic", "test/internal", "test/plain", "test/app"},
 			[]string{"watch", "logs", "agent/attach", "run/watch", "run/logs", "run/attach"})
 	}
 }
@@ -192,6 +212,9 @@ func TestEnvelopeClassification(t *testing.T) {
 		{name: "duplicate id keys naming the live id are untracked",
 			send: `{"jsonrpc":"2.0","id":1,"id":1,"method":"edge/echo","params":{"x":1}}`,
 			want: []string{echo("1", `{"x":1}`)}},
+		{name: "duplicate id keys, one escaped",
+			send: `{"jsonrpc":"2.0","id":1,"\u0069d":2,"method":"edge/echo","params":{}}`,
+			want: []string{echo("2", `{}`)}},
 		{name: "duplicate id keys, last null",
 			send: `{"jsonrpc":"2.0","id":5,"id":null,"method":"edge/echo","params":{}}`,
 			want: []string{invalidRequest}},
@@ -393,7 +416,7 @@ func TestCancelSleep(t *testing.T) {
 // keeps id 1 (a third request with id 1 is a duplicate) and still completes.
 func TestStaleCompletionAfterCancel(t *testing.T) {
 	s := &stubborn{}
-	gw := startGateway(t, withStubborn(t, s))
+	gw := startGateway(t, withStubborn(s))
 	t.Cleanup(s.releaseAll)
 	c := dial(t, gw)
 	opener := dial(t, gw)
@@ -417,7 +440,7 @@ func TestStaleCompletionAfterCancel(t *testing.T) {
 // (test/stubborn).
 func TestCancelReplyError(t *testing.T) {
 	s := &stubborn{}
-	gw := startGateway(t, withStubborn(t, s), func(c *gwConfig) { c.rpc.CancelReply = rpc.CancelReplyError })
+	gw := startGateway(t, withStubborn(s), func(c *gwConfig) { c.rpc.CancelReply = rpc.CancelReplyError })
 	t.Cleanup(s.releaseAll)
 	cancelled := func(id string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32800,"message":"Request cancelled"}}`
@@ -464,4 +487,139 @@ func TestRequestsOnManyConnections(t *testing.T) {
 		}
 		c.expectTexts(want...)
 	}
+}
+
+// TestBackendErrors checks the error objects of CONTRACT.md sections 7 and 8
+// that the memory backend produces: params it cannot decode get -32602 with
+// SCHEMA_VIOLATION, unsupported OECP methods -32000 INVALID_PHASE.
+func TestBackendErrors(t *testing.T) {
+	gw := startGateway(t)
+	c := dial(t, gw)
+	schema := func(id string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32602,"message":"Invalid params","data":{"code":"SCHEMA_VIOLATION"}}}`
+	}
+	tests := []struct {
+		name string
+		send string
+		want string
+	}{
+		{name: "sleep without ms", send: `{"jsonrpc":"2.0","id":1,"method":"edge/sleep","params":{}}`, want: schema("1")},
+		{name: "sleep negative", send: `{"jsonrpc":"2.0","id":1,"method":"edge/sleep","params":{"ms":-1}}`, want: schema("1")},
+		{name: "sleep over max", send: `{"jsonrpc":"2.0","id":1,"method":"edge/sleep","params":{"ms":600001}}`, want: schema("1")},
+		{name: "sleep string", send: `{"jsonrpc":"2.0","id":1,"method":"edge/sleep","params":{"ms":"5"}}`, want: schema("1")},
+		{name: "sleep zero", send: `{"jsonrpc":"2.0","id":1,"method":"edge/sleep","params":{"ms":0}}`,
+			want: `{"jsonrpc":"2.0","id":1,"result":{"sleptMs":0}}`},
+		{name: "gate without name", send: `{"jsonrpc":"2.0","id":1,"method":"edge/gate","params":{}}`, want: schema("1")},
+		{name: "open without name", send: `{"jsonrpc":"2.0","id":1,"method":"edge/open","params":{"name":1}}`, want: schema("1")},
+		{name: "open nobody", send: `{"jsonrpc":"2.0","id":1,"method":"edge/open","params":{"name":"none"}}`,
+			want: `{"jsonrpc":"2.0","id":1,"result":{"released":0}}`},
+		{name: "initialize without version", send: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`, want: schema("1")},
+		{name: "plan", send: `{"jsonrpc":"2.0","id":1,"method":"plan","params":{}}`,
+			want: `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"Backend does not support plan","data":{"code":"INVALID_PHASE"}}}`},
+		{name: "run/force", send: `{"jsonrpc":"2.0","id":1,"method":"run/force","params":{}}`,
+			want: `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"Backend does not support run/force","data":{"code":"INVALID_PHASE"}}}`},
+		{name: "stats with params", send: `{"jsonrpc":"2.0","id":1,"method":"edge/stats","params":[]}`,
+			want: `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c.t = t
+			c.sendText(tt.send)
+			c.expectText(tt.want)
+		})
+	}
+}
+
+// TestBackendFailures checks how backend failures reach the client
+// (CONTRACT.md section 7): internal errors and panics become -32603 with a
+// data code and without details, application errors keep their message, code
+// and details, and the connection keeps serving with its slots freed.
+func TestBackendFailures(t *testing.T) {
+	s := &stubborn{}
+	gw := startGateway(t, withStubborn(s))
+	t.Cleanup(s.releaseAll)
+	c := dial(t, gw)
+	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"test/internal","params":{}}`)
+	c.expectText(`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error","data":{"code":"DB_DOWN"}}}`)
+	c.sendText(`{"jsonrpc":"2.0","id":2,"method":"test/app","params":{}}`)
+	c.expectText(`{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"Quota exceeded","data":{"code":"QUOTA","details":{"limit":[1,2]}}}}`)
+	for _, m := range []string{"test/panic", "test/plain"} {
+		c.sendText(`{"jsonrpc":"2.0","id":3,"method":"` + m + `","params":{}}`)
+		msg := c.readText()
+		r := parseResponse(t, msg)
+		if string(r.ID) != "3" || r.Error == nil || r.Error.Code != -32603 || r.Error.Message != "Internal error" ||
+			r.Error.Data == nil || r.Error.Data.Code == "" || strings.Contains(msg, "secret") || strings.Contains(msg, "details") {
+			t.Fatalf("%s: got %s, want -32603 Internal error with a data code and no details", m, msg)
+		}
+	}
+	c.expectSettled(0, 0)
+	c.echo()
+}
+
+// TestUntrackedRequestIsNotCancellable checks CONTRACT.md section 2.2: only
+// tracked requests take part in cancellation. A request with duplicate id
+// keys is untracked, so $/cancelRequest with its id is a no-op and it still
+// answers.
+func TestUntrackedRequestIsNotCancellable(t *testing.T) {
+	gw := startGateway(t)
+	c := dial(t, gw)
+	opener := dial(t, gw)
+	c.sendText(`{"jsonrpc":"2.0","id":"u","id":"u","method":"edge/gate","params":{"name":"untracked"}}`)
+	gw.waitGate("untracked", 1)
+	if s, _ := c.stats(); s.InFlightIDs != 0 || s.Tasks != 1 {
+		t.Fatalf("stats %+v, want an untracked task holding no id", s)
+	}
+	c.sendText(cancel(`"u"`))
+	c.sendText(gate(`"u"`, "untracked")) // a tracked request with the same id is no duplicate
+	gw.waitGate("untracked", 2)
+	opener.open("untracked", 2)
+	c.expectTexts(gateResult(`"u"`, "untracked"), gateResult(`"u"`, "untracked"))
+	c.expectSettled(0, 0)
+}
+
+// TestCancelledWorkKeepsItsSlot checks CONTRACT.md section 3: a slot is held
+// until the worker has really finished, also after cancellation, so a client
+// cannot start more work than it has slots by cancelling.
+func TestCancelledWorkKeepsItsSlot(t *testing.T) {
+	s := &stubborn{}
+	gw := startGateway(t, withStubborn(s), func(c *gwConfig) { c.rpc.MaxConnTasks = 2 })
+	t.Cleanup(s.releaseAll)
+	c := dial(t, gw)
+	c.sendText(stubbornReq)
+	c.sendText(cancel("1"))
+	c.sendText(gate("2", "slot"))
+	c.sendText(gate("3", "slot"))
+	c.expectText(serverBusy("3"))
+	c.sendText(gate("3", "slot"))
+	c.expectText(serverBusy("3"))
+	s.releaseAll()
+	c.expectSettled(1, 1) // the stubborn worker returned: its slot is free
+	c.sendText(gate("3", "slot"))
+	gw.waitGate("slot", 2)
+	gw.openGate("slot")
+	c.expectTexts(gateResult("2", "slot"), gateResult("3", "slot"))
+	c.expectSettled(0, 0)
+}
+
+// TestCloseFreesGlobalSlots checks CONTRACT.md section 6: closing a
+// connection cancels its backend work and frees its slots, also the global
+// ones another connection is waiting for.
+func TestCloseFreesGlobalSlots(t *testing.T) {
+	gw := startGateway(t, func(c *gwConfig) { c.maxTasks = 1 })
+	a := dial(t, gw)
+	b := dial(t, gw)
+	a.sendText(gate("1", "global"))
+	gw.waitGate("global", 1)
+	b.sendText(`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{}}`)
+	b.expectText(serverBusy("1"))
+	a.conn.Close()
+	gw.waitGate("global", 0)
+	deadline := time.Now().Add(pollTimeout)
+	for gw.pool.Running() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backend tasks still running after their connection closed", gw.pool.Running())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.echo()
 }

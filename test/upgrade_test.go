@@ -216,3 +216,19 @@ func TestFramesPipelinedWithUpgrade(t *testing.T) {
 	c := &client{t: t, conn: conn, br: br}
 	c.expectText(`{"jsonrpc":"2.0","id":1,"result":{"p":1}}`)
 }
+
+// TestPartialHandshakeDoesNotBlock checks that connections stuck in the middle
+// of their upgrade request do not hold up other connections on the same
+// event loops (CONTRACT.md section 1.1: the upgrade never blocks the loop).
+func TestPartialHandshakeDoesNotBlock(t *testing.T) {
+	gw := startGateway(t)
+	for range 4 {
+		conn := dialTCP(t, gw)
+		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: webso"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		dial(t, gw).echo()
+	}
+}

@@ -54,7 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge [flags]\n\nA WebSocket JSON-RPC 2.0 gateway (openengine.cluster/v1 data plane).\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: edge [flags]\n       edge call|subscribe [--timeout D] URL METHOD [PARAMS]\n\nA WebSocket JSON-RPC 2.0 gateway (openengine.cluster/v1 data plane).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c := &o.loop
@@ -133,6 +133,9 @@ func parseLevel(s string) (slog.Level, error) {
 // run wires the gateway from args and serves until ctx is cancelled, then
 // shuts down gracefully (CONTRACT.md section 9).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "call" || args[0] == "subscribe") {
+		return runClient(ctx, args[0], args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err

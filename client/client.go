@@ -1,0 +1,422 @@
+// Package client is a Go client for edge and any OECP v1 JSON-RPC 2.0 server
+// over WebSocket (ws://) or NDJSON over TCP (tcp://). It correlates responses,
+// multiplexes subscriptions, and turns context cancellation into
+// $/cancelRequest.
+//
+// A Client is safe for concurrent use. Its read loop never blocks on a slow
+// subscriber: each subscription has a bounded local buffer, and one that
+// overflows is ended locally with SLOW_CONSUMER and cancelled on the server.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gobwas/ws"
+)
+
+// Options configures Dial. Zero values mean the defaults.
+type Options struct {
+	// MaxMessageBytes is the largest inbound message accepted [1048576]; a
+	// larger one ends the connection with ErrMessageTooBig.
+	MaxMessageBytes int
+	// SubscriptionBuffer is the number of undelivered events a subscription
+	// holds locally before it is ended with SLOW_CONSUMER [1024].
+	SubscriptionBuffer int
+	// Dialer dials the TCP connection [a zero net.Dialer].
+	Dialer *net.Dialer
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxMessageBytes    = 1 << 20
+	DefaultSubscriptionBuffer = 1024
+)
+
+// Sentinel errors of package client. Compare with errors.Is.
+var (
+	// ErrClosed reports a call on a closed client, or one whose connection ended.
+	ErrClosed = errors.New("client: connection closed")
+	// ErrMessageTooBig reports an inbound message over Options.MaxMessageBytes.
+	ErrMessageTooBig = errors.New("client: inbound message too big")
+	// ErrScheme reports a URL that is neither ws:// nor tcp://.
+	ErrScheme = errors.New("client: url scheme must be ws or tcp")
+)
+
+// Error is a JSON-RPC error response (CONTRACT.md section 7).
+type Error struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if c := e.DataCode(); c != "" {
+		return fmt.Sprintf("rpc error %d: %s (%s)", e.Code, e.Message, c)
+	}
+	return fmt.Sprintf("rpc error %d: %s", e.Code, e.Message)
+}
+
+// DataCode returns data.code, the machine-readable reason ("SERVER_BUSY",
+// "DUPLICATE_REQUEST_ID", ...), or "".
+func (e *Error) DataCode() string {
+	var d struct {
+		Code string `json:"code"`
+	}
+	if len(e.Data) == 0 || json.Unmarshal(e.Data, &d) != nil {
+		return ""
+	}
+	return d.Code
+}
+
+// transport is the framing of one binding.
+type transport interface {
+	read() ([]byte, error)  // one inbound message; called only by the read loop
+	write(msg []byte) error // one outbound message; called with Client.wmu held
+	close() error
+}
+
+// Client is a connection to a JSON-RPC server. Safe for concurrent use.
+type Client struct {
+	t    transport // immutable after Dial
+	opts Options   // immutable after Dial
+	ws   bool      // immutable after Dial: $/cancelRequest is available
+
+	wmu sync.Mutex // serialises writes
+
+	nextID atomic.Int64
+
+	mu      sync.Mutex
+	pending map[int64]*call          // guarded by mu: requests awaiting a response
+	subs    map[string]*Subscription // guarded by mu: live subscriptions by id
+	err     error                    // guarded by mu: why the connection ended
+
+	done chan struct{} // closed when the read loop has ended
+}
+
+// call is one request awaiting its response.
+type call struct {
+	subscribe bool          // immutable: the request establishes a subscription
+	ch        chan response // buffered 1: the read loop never blocks on it
+	abandoned bool          // guarded by Client.mu: the caller stopped waiting
+}
+
+type response struct {
+	result json.RawMessage
+	err    error
+	sub    *Subscription
+}
+
+// Dial connects to rawURL: ws://host:port/path for WebSocket, tcp://host:port
+// for NDJSON. ctx bounds the dial and the upgrade.
+func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.SubscriptionBuffer <= 0 {
+		o.SubscriptionBuffer = DefaultSubscriptionBuffer
+	}
+	if o.Dialer == nil {
+		o.Dialer = &net.Dialer{}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c := &Client{opts: o, pending: make(map[int64]*call), subs: make(map[string]*Subscription), done: make(chan struct{})}
+	switch u.Scheme {
+	case "ws":
+		d := ws.Dialer{NetDial: o.Dialer.DialContext}
+		conn, br, _, err := d.Dial(ctx, rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("client: dial %s: %w", rawURL, err)
+		}
+		c.t = newWSTransport(conn, br, o.MaxMessageBytes, &c.wmu)
+		c.ws = true
+	case "tcp":
+		conn, err := o.Dialer.DialContext(ctx, "tcp", u.Host)
+		if err != nil {
+			return nil, fmt.Errorf("client: dial %s: %w", rawURL, err)
+		}
+		c.t = &lineTransport{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), max: o.MaxMessageBytes}
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrScheme, rawURL)
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// Close closes the connection. Pending calls return ErrClosed and
+// subscriptions end. Safe for concurrent use.
+func (c *Client) Close() error {
+	err := c.t.close()
+	<-c.done
+	return err
+}
+
+// Done is closed when the connection has ended.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err reports why the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Call sends a request and decodes its result into result (unless result is
+// nil). params is marshalled with encoding/json (a json.RawMessage is sent as
+// is; nil sends {}). When ctx is done first, Call returns ctx.Err() at once
+// and, on WebSocket, sends $/cancelRequest for it. A JSON-RPC error response
+// is returned as *Error. Safe for concurrent use.
+func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	id, cl, err := c.send(method, params, false)
+	if err != nil {
+		return err
+	}
+	select {
+	case r := <-cl.ch:
+		if r.err != nil {
+			return r.err
+		}
+		if result != nil {
+			if err := json.Unmarshal(r.result, result); err != nil {
+				return fmt.Errorf("client: decode result of %s: %w", method, err)
+			}
+		}
+		return nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		_, waiting := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if waiting && c.ws {
+			c.notify(cancelRequest(id))
+		}
+		return ctx.Err()
+	}
+}
+
+// send registers and writes one request.
+func (c *Client) send(method string, params any, subscribe bool) (int64, *call, error) {
+	p, err := marshalParams(params)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := c.nextID.Add(1)
+	msg := make([]byte, 0, 64+len(method)+len(p))
+	msg = append(msg, `{"jsonrpc":"2.0","id":`...)
+	msg = strconv.AppendInt(msg, id, 10)
+	msg = append(msg, `,"method":`...)
+	m, _ := json.Marshal(method)
+	msg = append(msg, m...)
+	msg = append(msg, `,"params":`...)
+	msg = append(msg, p...)
+	msg = append(msg, '}')
+	cl := &call{subscribe: subscribe, ch: make(chan response, 1)}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	c.pending[id] = cl
+	c.mu.Unlock()
+	if err := c.write(msg); err != nil {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	return id, cl, nil
+}
+
+func marshalParams(params any) ([]byte, error) {
+	switch p := params.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case json.RawMessage:
+		return p, nil
+	case []byte:
+		return p, nil
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, fmt.Errorf("client: marshal params: %w", err)
+	}
+	return b, nil
+}
+
+func (c *Client) write(msg []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.t.write(msg); err != nil {
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	return nil
+}
+
+// notify writes a notification without waiting for the write lock's holder
+// to finish if the read loop called it: it never blocks the read loop.
+func (c *Client) notify(msg []byte) {
+	go func() { _ = c.write(msg) }()
+}
+
+func cancelRequest(id int64) []byte {
+	b := append([]byte(`{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":`), strconv.FormatInt(id, 10)...)
+	return append(b, "}}"...)
+}
+
+func subscriptionCancel(sid string) []byte {
+	q, _ := json.Marshal(sid)
+	b := append([]byte(`{"jsonrpc":"2.0","method":"subscription/cancel","params":{"subscriptionId":`), q...)
+	return append(b, "}}"...)
+}
+
+// inbound is the union of the messages a server sends.
+type inbound struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *Error          `json:"error"`
+}
+
+// readLoop reads every inbound message and routes it. It never blocks on a
+// caller or a subscriber.
+func (c *Client) readLoop() {
+	defer close(c.done)
+	var err error
+	for {
+		var msg []byte
+		msg, err = c.t.read()
+		if err != nil {
+			break
+		}
+		var in inbound
+		if json.Unmarshal(msg, &in) != nil {
+			continue // not ours to answer; a server never sends garbage
+		}
+		if in.Method != "" {
+			c.notification(&in)
+			continue
+		}
+		c.response(&in)
+	}
+	c.shutdown(err)
+}
+
+func (c *Client) response(in *inbound) {
+	id, perr := strconv.ParseInt(string(bytes.TrimSpace(in.ID)), 10, 64)
+	if perr != nil {
+		return // id null (a parse error we caused?) or not ours
+	}
+	c.mu.Lock()
+	cl := c.pending[id]
+	delete(c.pending, id)
+	if cl == nil {
+		c.mu.Unlock()
+		return // cancelled: the late answer is dropped
+	}
+	var r response
+	switch {
+	case in.Error != nil:
+		r.err = in.Error
+	case cl.subscribe:
+		// Register before the next message is read: events follow the response.
+		var res struct {
+			SubscriptionID string `json:"subscriptionId"`
+		}
+		if json.Unmarshal(in.Result, &res) != nil || res.SubscriptionID == "" {
+			r.err = fmt.Errorf("client: subscription result without subscriptionId: %s", in.Result)
+			break
+		}
+		r.sub = newSubscription(c, res.SubscriptionID, in.Result, c.opts.SubscriptionBuffer)
+		if cl.abandoned {
+			// The caller gave up but the server established it: cancel it there.
+			c.mu.Unlock()
+			c.notify(subscriptionCancel(res.SubscriptionID))
+			return
+		}
+		c.subs[res.SubscriptionID] = r.sub
+	default:
+		r.result = in.Result
+	}
+	c.mu.Unlock()
+	cl.ch <- r
+}
+
+func (c *Client) notification(in *inbound) {
+	var p struct {
+		SubscriptionID      string          `json:"subscriptionId"`
+		Cursor              json.RawMessage `json:"cursor"`
+		Reason              string          `json:"reason"`
+		LastDeliveredCursor json.RawMessage `json:"lastDeliveredCursor"`
+	}
+	if json.Unmarshal(in.Params, &p) != nil {
+		return
+	}
+	c.mu.Lock()
+	sub := c.subs[p.SubscriptionID]
+	c.mu.Unlock()
+	if sub == nil {
+		return
+	}
+	switch in.Method {
+	case "event":
+		if !sub.deliver(in.Params, p.Cursor) {
+			// The local buffer overflowed: end it here and on the server.
+			c.forget(sub.ID)
+			sub.end(&ClosedError{Reason: "SLOW_CONSUMER", LastDeliveredCursor: sub.lastCursor(), Local: true})
+			c.notify(subscriptionCancel(sub.ID))
+		}
+	case "subscription/closed":
+		c.forget(sub.ID)
+		var err error
+		if p.Reason != "done" {
+			err = &ClosedError{Reason: p.Reason, LastDeliveredCursor: p.LastDeliveredCursor}
+		}
+		sub.end(err)
+	}
+}
+
+func (c *Client) forget(sid string) {
+	c.mu.Lock()
+	delete(c.subs, sid)
+	c.mu.Unlock()
+}
+
+// shutdown fails every pending call and ends every subscription.
+func (c *Client) shutdown(cause error) {
+	if cause == nil || errors.Is(cause, io.EOF) || errors.Is(cause, net.ErrClosed) {
+		cause = ErrClosed
+	} else if !errors.Is(cause, ErrMessageTooBig) {
+		cause = fmt.Errorf("%w: %v", ErrClosed, cause)
+	}
+	_ = c.t.close()
+	c.mu.Lock()
+	c.err = cause
+	pending, subs := c.pending, c.subs
+	c.pending, c.subs = map[int64]*call{}, map[string]*Subscription{}
+	c.mu.Unlock()
+	for _, cl := range pending {
+		cl.ch <- response{err: cause}
+	}
+	for _, s := range subs {
+		s.end(cause)
+	}
+}
