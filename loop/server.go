@@ -303,9 +303,18 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	default:
 	}
-	if err := s.eng.Stop(ctx); err != nil {
-		return err
+	// gnet's Engine.Stop polls for the end every 500 ms; the engine is done
+	// when Run returns, so wait for that instead.
+	stopErr := make(chan error, 1)
+	go func() { stopErr <- s.eng.Stop(ctx) }()
+	select {
+	case <-s.done:
+		return nil
+	case err := <-stopErr:
+		if err != nil {
+			return err
+		}
+		<-s.done
+		return nil
 	}
-	<-s.done
-	return nil
 }

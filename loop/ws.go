@@ -74,7 +74,13 @@ func (w *conn) drainClosing(buf []byte, off int) int {
 	for off < len(buf) {
 		ev, n, err := w.rd.Next(buf[off:])
 		off += n
-		if err != nil || ev.Kind == codec.EventClose {
+		if err != nil {
+			// The stream cannot be framed any more: discard it until the peer
+			// closes the TCP connection or CloseTimeout passes. Dropping the
+			// connection now could reset it before the peer read our close.
+			return len(buf)
+		}
+		if ev.Kind == codec.EventClose {
 			w.hangup = true
 			w.l.markDirty(w)
 			return len(buf)

@@ -160,8 +160,7 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 		return
 	}
 	var m *Method
-	if name, ok := codec.AppendUnquote(s.name[:0], env.Method); ok {
-		s.name = name
+	if name := env.MethodName(s.name); name != nil {
 		m = s.srv.cfg.Registry.Lookup(name)
 	}
 	if m == nil || (m.Kind == Subscription && (!tracked || s.srv.subscriber == nil)) {
@@ -173,6 +172,8 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 		return
 	}
 	if m.Kind == Local {
+		// Like every admitted request it needs a free slot (CONTRACT.md
+		// section 3.2), but it is answered at once, so it never holds one.
 		s.stats(env.ID)
 		return
 	}

@@ -260,13 +260,13 @@ func acceptKey(key string) string {
 }
 
 // dial connects and completes the WebSocket upgrade on "/", checking the 101
-// response. extra are additional request header lines. It returns the
-// response for further checks.
+// response. extra are additional request header lines.
 func dial(t *testing.T, gw *gateway, extra ...string) *client {
 	c, _ := dialResp(t, gw, extra...)
 	return c
 }
 
+// dialResp is dial that also returns the 101 response for further checks.
 func dialResp(t *testing.T, gw *gateway, extra ...string) (*client, *http.Response) {
 	t.Helper()
 	conn := dialTCP(t, gw)
