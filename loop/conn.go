@@ -5,6 +5,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/openengine/edge/codec"
 	"github.com/openengine/edge/rpc"
@@ -55,6 +56,9 @@ type conn struct {
 	dirty bool
 	// hangup asks flush to close the TCP connection once the output is written.
 	hangup bool
+	// shutWrite asks flush to half-close the TCP connection (FIN after our
+	// close frame) once gnet has written everything.
+	shutWrite bool
 
 	lastRead time.Time // last time bytes arrived
 	pinged   bool      // a server ping is outstanding since lastRead
@@ -164,6 +168,10 @@ func (w *conn) flush() {
 		w.hangup = false
 		_ = w.c.Close()
 		return
+	}
+	if w.shutWrite && w.c.OutboundBuffered() == 0 {
+		w.shutWrite = false
+		_ = unix.Shutdown(w.c.Fd(), unix.SHUT_WR)
 	}
 	if w.state == stateOpen {
 		w.checkOutbound()
@@ -308,6 +316,8 @@ func (w *conn) tick(now time.Time) {
 	case stateClosing:
 		if now.After(w.deadline) {
 			w.hangup = true
+		}
+		if w.hangup || w.shutWrite {
 			w.l.markDirty(w)
 		}
 	}

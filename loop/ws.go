@@ -133,4 +133,10 @@ func (w *conn) fail(err error) {
 		ce = &codec.CloseError{Code: ws.StatusProtocolError}
 	}
 	w.closeWith(ce.Code, ce.Reason)
+	// The stream cannot be framed any more, so the peer's close could not be
+	// recognised: half-close after our close frame (RFC 6455 section 7.1.7) so
+	// that the peer sees EOF at once, and drop the connection when it closes
+	// too or CloseTimeout passes. A full close now could reset the connection
+	// before the peer read our close frame.
+	w.shutWrite = true
 }
