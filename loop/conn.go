@@ -222,13 +222,21 @@ func (w *conn) slowConsumer() {
 // waits up to CloseTimeout for the peer's close. NDJSON has no close message:
 // the connection is closed once flushed.
 func (w *conn) closeWith(code ws.StatusCode, reason string) {
+	w.closeAfter(code, reason, false)
+}
+
+// closeAfter is closeWith that, with keep, sends the output queued this turn
+// before the close (shutdown's subscription/closed notifications).
+func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 	if w.state != stateOpen {
 		return
 	}
 	if w.out == nil {
 		w.out = w.l.getBuf()
 	}
-	w.out = w.out[:0]
+	if !keep {
+		w.out = w.out[:0]
+	}
 	if w.proto == protoWebSocket {
 		w.out = codec.AppendClose(w.out, code, reason)
 	} else {
@@ -281,7 +289,7 @@ func (w *conn) goAway() {
 		w.l.markDirty(w)
 	case stateOpen:
 		w.sess.EndSubscriptions()
-		w.closeWith(ws.StatusGoingAway, "going away")
+		w.closeAfter(ws.StatusGoingAway, "going away", true)
 	}
 }
 

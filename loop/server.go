@@ -76,7 +76,7 @@ func (s *Server) Start() error {
 	}
 	addrs := []string{"tcp://" + s.cfg.Listen}
 	if s.cfg.NDJSONListen != "" {
-		addrs = append(addrs, "tcp://"+s.cfg.NDJSONListen)
+		addrs = append(addrs, "tcp://"+ndjsonAddress(s.cfg.Listen, s.cfg.NDJSONListen))
 	}
 	go func() {
 		s.runErr = gnet.Rotate(s, addrs, opts...)
@@ -107,10 +107,26 @@ func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 	s.eng = eng
 	s.addr = listenerAddr(eng, s.cfg.Listen)
 	if s.cfg.NDJSONListen != "" {
-		s.ndAddr = listenerAddr(eng, s.cfg.NDJSONListen)
+		s.ndAddr = listenerAddr(eng, ndjsonAddress(s.cfg.Listen, s.cfg.NDJSONListen))
 	}
 	close(s.ready)
 	return gnet.None
+}
+
+// ndjsonAddress returns the address string the NDJSON listener is opened
+// with. gnet finds a listener by its address string, so when both listeners
+// ask for the same ephemeral address (127.0.0.1:0, as tests do) the NDJSON one
+// is spelled with port "00": the same port 0 to the kernel, a different string
+// to gnet. Equal non-zero ports fail to bind anyway.
+func ndjsonAddress(ws, nd string) string {
+	if nd != ws {
+		return nd
+	}
+	host, port, err := net.SplitHostPort(nd)
+	if err != nil || port != "0" {
+		return nd
+	}
+	return net.JoinHostPort(host, "00")
 }
 
 // listenerAddr returns the bound address of the engine's listener on addr.
@@ -132,9 +148,15 @@ func (s *Server) isNDJSON(c gnet.Conn) bool {
 	if s.ndAddr == nil {
 		return false
 	}
-	la, ok := c.LocalAddr().(*net.TCPAddr)
-	nd := s.ndAddr.(*net.TCPAddr)
-	return ok && la.Port == nd.Port && (nd.IP.IsUnspecified() || la.IP.Equal(nd.IP))
+	// gnet reports the listener's configured address as LocalAddr (port 0
+	// stays 0), so ask the kernel where the connection was accepted.
+	sa, err := unix.Getsockname(c.Fd())
+	if err != nil {
+		return false
+	}
+	la, ok := sockaddrToTCP(sa).(*net.TCPAddr)
+	nd, _ := s.ndAddr.(*net.TCPAddr)
+	return ok && nd != nil && la.Port == nd.Port && (nd.IP.IsUnspecified() || la.IP.Equal(nd.IP))
 }
 
 func sockaddrToTCP(sa unix.Sockaddr) net.Addr {
@@ -273,10 +295,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for s.rpc.Running() > 0 {
+	for s.rpc.RunningUnary() > 0 {
 		select {
 		case <-wait.Done():
-			s.cfg.Logger.Warn("shutdown timeout with backend work still running", "running", s.rpc.Running())
+			s.cfg.Logger.Warn("shutdown timeout with backend work still running", "running", s.rpc.RunningUnary())
 			goto closeAll
 		case <-tick.C:
 		}

@@ -42,20 +42,32 @@ func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server,
 	s.sess = srv.NewSession(rpc.NDJSON, s, s)
 	defer s.sess.Close()
 
+	// The reader goroutine and the loop pass two buffers back and forth: the
+	// loop copies what it has not split into lines before handing one back.
 	in := make(chan []byte)
+	free := make(chan []byte, 2)
+	free <- make([]byte, 64<<10)
+	free <- make([]byte, 64<<10)
 	readErr := make(chan error, 1)
 	stopRead := make(chan struct{})
 	defer close(stopRead)
 	go func() {
 		for {
-			buf := make([]byte, 64<<10)
-			n, err := r.Read(buf)
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-stopRead:
+				return
+			}
+			n, err := r.Read(buf[:cap(buf)])
 			if n > 0 {
 				select {
 				case in <- buf[:n]:
 				case <-stopRead:
 					return
 				}
+			} else {
+				free <- buf
 			}
 			if err != nil {
 				readErr <- err
@@ -81,13 +93,18 @@ func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server,
 		select {
 		case chunk := <-in:
 			s.input(chunk)
+			free <- chunk
 		case err := <-readErr:
 			if !errors.Is(err, io.EOF) {
 				return err
 			}
 			if len(s.pending) > 0 {
 				// EOF in the middle of a line: the fragment is a message too.
-				s.message(s.pending)
+				line := s.pending
+				if n := len(line); line[n-1] == '\r' {
+					line = line[:n-1]
+				}
+				s.sess.HandleMessage(line)
 				s.pending = nil
 			}
 			end()
@@ -163,7 +180,7 @@ func (s *streamLoop) input(chunk []byte) {
 		off += n
 		switch kind {
 		case codec.LineOK:
-			s.message(line)
+			s.sess.HandleMessage(line)
 		case codec.LineTooLong:
 			s.sess.HandleParseError()
 		case codec.LineNone:
@@ -173,13 +190,6 @@ func (s *streamLoop) input(chunk []byte) {
 			}
 		}
 	}
-}
-
-func (s *streamLoop) message(line []byte) {
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	s.sess.HandleMessage(line)
 }
 
 // Send implements rpc.Sink.

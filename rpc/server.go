@@ -104,6 +104,7 @@ type Server struct {
 	cfg        Config             // immutable after NewServer
 	subscriber backend.Subscriber // immutable after NewServer: Handler as a Subscriber, or nil
 	draining   atomic.Bool
+	unary      atomic.Int64 // unary backend calls running (not subscription producers)
 }
 
 // NewServer validates cfg, fills defaults and returns a Server.
@@ -137,5 +138,10 @@ func (srv *Server) Drain() { srv.draining.Store(true) }
 // Draining reports whether Drain was called. Safe for concurrent use.
 func (srv *Server) Draining() bool { return srv.draining.Load() }
 
-// Running reports the backend tasks running across all sessions. Safe for concurrent use.
+// Running reports the backend tasks running across all sessions, subscription
+// producers included. Safe for concurrent use.
 func (srv *Server) Running() int { return srv.cfg.Pool.Running() }
+
+// RunningUnary reports the unary backend calls running across all sessions:
+// the in-flight work graceful shutdown waits for. Safe for concurrent use.
+func (srv *Server) RunningUnary() int { return int(srv.unary.Load()) }

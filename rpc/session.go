@@ -202,6 +202,8 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
 	}
 	if m.Kind == Subscription {
 		s.newSubscription(t)
+	} else {
+		s.srv.unary.Add(1)
 	}
 	s.active.push(t)
 	s.srv.cfg.Pool.Submit(t)

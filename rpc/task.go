@@ -45,9 +45,13 @@ var errNotEstablished = &backend.Error{Code: backend.CodeInternal, Message: "Int
 // graceful shutdown relies on. Called by the pool.
 func (t *Task) Run() {
 	t.result, t.err = t.call()
-	pool := t.sess.srv.cfg.Pool
+	srv := t.sess.srv
+	unary := t.sub == nil
 	t.sess.post.Post(t)
-	pool.Release()
+	if unary {
+		srv.unary.Add(-1)
+	}
+	srv.cfg.Pool.Release()
 }
 
 // Apply delivers the finished task to its session. Must be called on the
