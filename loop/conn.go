@@ -175,6 +175,12 @@ func (w *conn) flush() {
 	}
 	if w.state == stateOpen {
 		w.checkOutbound()
+		// Events held back because this turn's output reached the soft cap
+		// may go as soon as the kernel took it: without this, a subscription
+		// whose producer has finished would wait for a pause that never came.
+		if !w.paused && w.Writable() {
+			w.sess.Resume()
+		}
 	}
 }
 

@@ -295,10 +295,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for s.rpc.RunningUnary() > 0 {
+	for s.rpc.InFlight() > 0 {
 		select {
 		case <-wait.Done():
-			s.cfg.Logger.Warn("shutdown timeout with backend work still running", "running", s.rpc.RunningUnary())
+			s.cfg.Logger.Warn("shutdown timeout with backend work still running", "running", s.rpc.InFlight())
 			goto closeAll
 		case <-tick.C:
 		}

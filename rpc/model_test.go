@@ -58,7 +58,7 @@ func (m *model) run(t *rapid.T) {
 	actions := []modelAction{
 		{"send", 4, always, m.send},
 		{"duplicate", 1, func() bool { return len(m.live) > 0 }, m.duplicate},
-		{"reuse", 2, func() bool { return len(m.reusable()) > 0 }, m.reuse},
+		{"reuse", 4, func() bool { return len(m.reusable()) > 0 }, m.reuse},
 		{"cancel", 3, always, m.cancel},
 		{"complete", 4, func() bool { return len(m.running) > 0 }, m.complete},
 		{"applyNext", 3, func() bool { return len(m.posted) > 0 }, m.applyNext},
@@ -67,7 +67,7 @@ func (m *model) run(t *rapid.T) {
 		{"garbage", 1, always, m.garbage},
 		{"close", 1, func() bool { return !m.closed }, m.close},
 	}
-	steps := rapid.IntRange(1, 120).Draw(t, "steps")
+	steps := rapid.IntRange(20, 200).Draw(t, "steps")
 	m.check(t)
 	for range steps {
 		var names []string

@@ -105,6 +105,8 @@ type Server struct {
 	subscriber backend.Subscriber // immutable after NewServer: Handler as a Subscriber, or nil
 	draining   atomic.Bool
 	unary      atomic.Int64 // unary backend calls running (not subscription producers)
+	// establishing counts subscription requests not yet answered.
+	establishing atomic.Int64
 }
 
 // NewServer validates cfg, fills defaults and returns a Server.
@@ -142,6 +144,7 @@ func (srv *Server) Draining() bool { return srv.draining.Load() }
 // producers included. Safe for concurrent use.
 func (srv *Server) Running() int { return srv.cfg.Pool.Running() }
 
-// RunningUnary reports the unary backend calls running across all sessions:
-// the in-flight work graceful shutdown waits for. Safe for concurrent use.
-func (srv *Server) RunningUnary() int { return int(srv.unary.Load()) }
+// InFlight reports the requests across all sessions that still owe an
+// answer: unary calls running and subscriptions establishing. Graceful
+// shutdown waits for them (CONTRACT.md section 9). Safe for concurrent use.
+func (srv *Server) InFlight() int { return int(srv.unary.Load() + srv.establishing.Load()) }

@@ -273,6 +273,7 @@ func (s *Session) Close() {
 		if t.sub != nil {
 			t.sub.state = subEnded
 			t.sub.st.close()
+			s.answered(t.sub)
 		}
 	}
 	s.inflight, s.subs, s.blocked = nil, nil, nil

@@ -227,7 +227,7 @@ func (s *Session) deliver(sub *subscription) {
 // (a subscription/cancel that raced establishment), in which case the request
 // still gets its answer but no event follows.
 func (s *Session) established(sub *subscription, result []byte) {
-	sub.answered = true
+	s.answered(sub)
 	t := sub.task
 	if s.closed {
 		return
@@ -346,8 +346,9 @@ func (s *Session) completeSubscription(t *Task) {
 	if !sub.answered {
 		// The producer returned without establishing: the request fails, or,
 		// if the subscription was cancelled meanwhile, it is a cancelled
-		// request (CONTRACT.md section 4: nothing, or one -32800).
-		sub.answered = true
+		// request (CONTRACT.md section 4: nothing, or one -32800); if
+		// shutdown ended it, the request is refused as shutdown refuses new ones.
+		s.answered(sub)
 		err := t.err
 		if err == nil {
 			err = errNotEstablished
@@ -357,6 +358,8 @@ func (s *Session) completeSubscription(t *Task) {
 			case sub.state != subEnded:
 				code, msg, dataCode, details := errorFields(err)
 				s.sendError(t.id, code, msg, dataCode, details)
+			case sub.endReason != reasonNone:
+				s.sendError(t.id, codec.CodeServerError, "Server shutting down", "SERVER_SHUTTING_DOWN", nil)
 			case s.srv.cfg.CancelReply == CancelReplyError:
 				s.sendError(t.id, codec.CodeRequestCancelled, "Request cancelled", "", nil)
 			}
@@ -420,9 +423,19 @@ func appendClosed(dst, idTok []byte, reason closeReason, cursor []byte) []byte {
 	return append(dst, "}}"...)
 }
 
+// answered records that sub's establishing request got (or will never get)
+// its answer.
+func (s *Session) answered(sub *subscription) {
+	if !sub.answered {
+		sub.answered = true
+		s.srv.establishing.Add(-1)
+	}
+}
+
 // newSubscription registers a subscription for task t; it is live (cancellable)
 // from now on, before its establishment runs.
 func (s *Session) newSubscription(t *Task) *subscription {
+	s.srv.establishing.Add(1)
 	s.nextSub++
 	id := "s" + strconv.FormatUint(s.nextSub, 10)
 	sub := &subscription{id: id, idTok: []byte(`"` + id + `"`), task: t}
