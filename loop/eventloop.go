@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -20,6 +21,11 @@ type eventLoop struct {
 	mu        sync.Mutex
 	queue     []rpc.Completion // guarded by mu: posted by workers, not yet applied
 	scheduled bool             // guarded by mu: a drain is queued on the loop
+	// inTurn is set while the loop is about to drain the queue itself at the
+	// end of a turn, so workers posting meanwhile need not wake it.
+	inTurn bool // guarded by mu
+
+	handled int // loop-owned: messages handed to sessions in the current turn
 
 	spare []rpc.Completion // loop-owned: the other half of the double buffer
 	conns []*conn          // loop-owned: every open connection, for sweeps
@@ -43,8 +49,10 @@ const maxSpareBuf = 64 << 10
 func (l *eventLoop) Post(c rpc.Completion) {
 	l.mu.Lock()
 	l.queue = append(l.queue, c)
-	schedule := !l.scheduled
-	l.scheduled = true
+	schedule := !l.scheduled && !l.inTurn
+	if schedule {
+		l.scheduled = true
+	}
 	l.mu.Unlock()
 	if schedule {
 		if err := l.el.Execute(context.Background(), gnet.RunnableFunc(l.drain)); err != nil {
@@ -60,17 +68,47 @@ func (l *eventLoop) Post(c rpc.Completion) {
 // drain applies every queued completion and flushes. Runs on the loop.
 func (l *eventLoop) drain(context.Context) error {
 	l.mu.Lock()
+	l.scheduled = false
+	l.applyLocked()
+	l.flush()
+	return nil
+}
+
+// applyLocked takes the queue, unlocks mu and applies what it took. Called
+// with mu held, on the loop.
+func (l *eventLoop) applyLocked() {
 	q := l.queue
 	l.queue = l.spare[:0]
-	l.scheduled = false
 	l.mu.Unlock()
 	for i, c := range q {
 		c.Apply()
 		q[i] = nil
 	}
 	l.spare = q[:0]
-	l.flush()
-	return nil
+}
+
+// endTurn finishes a turn that handed messages to sessions. It yields the
+// processor once so that workers can run what was just dispatched (with
+// GOMAXPROCS=1 they could not run before the loop blocks in epoll_wait), then
+// applies whatever they posted meanwhile, so that fast calls are answered in
+// the same write as the turn's other output: one read and one write per
+// request instead of a wake-up through the poller. Runs on the loop.
+func (l *eventLoop) endTurn() {
+	if l.handled == 0 {
+		return
+	}
+	l.handled = 0
+	l.mu.Lock()
+	l.inTurn = true
+	l.mu.Unlock()
+	runtime.Gosched()
+	l.mu.Lock()
+	l.inTurn = false
+	if len(l.queue) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	l.applyLocked()
 }
 
 // markDirty records that w has output to flush at the end of this turn.

@@ -13,6 +13,7 @@ func (w *conn) lines(buf []byte) int {
 		switch kind {
 		case codec.LineOK:
 			w.sess.HandleMessage(line)
+			w.l.handled++
 		case codec.LineTooLong:
 			w.sess.HandleParseError()
 		case codec.LineNone:

@@ -239,6 +239,7 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	if n := w.traffic(buf, now); n > 0 {
 		_, _ = c.Discard(n)
 	}
+	w.l.endTurn()
 	w.l.flush()
 	return gnet.None
 }

@@ -42,6 +42,7 @@ func (w *conn) event(ev codec.Event) {
 	switch ev.Kind {
 	case codec.EventText:
 		w.sess.HandleMessage(ev.Payload)
+		w.l.handled++
 	case codec.EventPing:
 		w.appendFrame(ws.OpPong, ev.Payload)
 	case codec.EventPong:

@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // served only with --pprof-listen
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,6 +45,7 @@ type options struct {
 	logLevel       string
 	workerIdle     time.Duration
 	stdio          bool
+	pprofListen    string
 	subBuffer      int
 	subBufferBytes int
 }
@@ -60,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	c := &o.loop
 	fs.StringVar(&c.Listen, "listen", loop.DefaultListen, "WebSocket listen address `host:port`")
 	fs.StringVar(&c.NDJSONListen, "ndjson-listen", "", "also serve NDJSON over TCP on `host:port` (off when empty)")
+	fs.StringVar(&o.pprofListen, "pprof-listen", "", "serve net/http/pprof on this admin `host:port` (off when empty; keep it on loopback)")
 	fs.BoolVar(&o.stdio, "stdio", false, "serve one NDJSON session on stdin/stdout instead of listening (logs go to stderr)")
 	fs.StringVar(&c.WSPath, "ws-path", loop.DefaultWSPath, "the HTTP path that upgrades to WebSocket; other paths get 404")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
@@ -175,6 +180,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			MaxLineBytes:    o.loop.MaxMessageBytes,
 			ShutdownTimeout: o.loop.ShutdownTimeout,
 		})
+	}
+	if o.pprofListen != "" {
+		ln, err := net.Listen("tcp", o.pprofListen)
+		if err != nil {
+			return fmt.Errorf("pprof-listen: %w", err)
+		}
+		defer ln.Close()
+		go func() { _ = http.Serve(ln, nil) }() // net/http/pprof registers on the default mux
+		logger.Info("pprof", "addr", ln.Addr().String())
 	}
 	o.loop.Logger = logger
 	gw, err := loop.New(o.loop, srv)
