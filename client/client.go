@@ -163,8 +163,16 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 // Close closes the connection. Pending calls return ErrClosed and
 // subscriptions end. Safe for concurrent use.
 func (c *Client) Close() error {
+	select {
+	case <-c.done:
+		return nil // already ended (by the server, or an earlier Close)
+	default:
+	}
 	err := c.t.close()
 	<-c.done
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // the read loop closed it first
+	}
 	return err
 }
 
@@ -402,9 +410,12 @@ func (c *Client) forget(sid string) {
 
 // shutdown fails every pending call and ends every subscription.
 func (c *Client) shutdown(cause error) {
-	if cause == nil || errors.Is(cause, io.EOF) || errors.Is(cause, net.ErrClosed) {
+	switch {
+	case cause == nil || errors.Is(cause, io.EOF) || errors.Is(cause, net.ErrClosed):
 		cause = ErrClosed
-	} else if !errors.Is(cause, ErrMessageTooBig) {
+	case errors.Is(cause, ErrMessageTooBig):
+		cause = fmt.Errorf("%w: %w", ErrClosed, cause)
+	default:
 		cause = fmt.Errorf("%w: %v", ErrClosed, cause)
 	}
 	_ = c.t.close()

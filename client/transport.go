@@ -21,16 +21,21 @@ type wsTransport struct {
 }
 
 // lockedWriter serialises the read loop's pongs and close replies with the
-// client's own writes.
+// client's own writes. It writes in the background: a Call stuck in a write
+// (the server pushing back) must not stall the read loop behind the lock.
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  io.Writer
 }
 
 func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	b := append([]byte(nil), p...)
+	go func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_, _ = l.w.Write(b)
+	}()
+	return len(p), nil
 }
 
 func newWSTransport(conn net.Conn, br *bufio.Reader, max int, wmu *sync.Mutex) *wsTransport {
@@ -134,6 +139,9 @@ func (t *lineTransport) read() ([]byte, error) {
 	line := t.buf[:len(t.buf)-1]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
+	}
+	if len(line) > t.max {
+		return nil, ErrMessageTooBig
 	}
 	return append([]byte(nil), line...), nil
 }

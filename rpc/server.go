@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/openengine/edge/backend"
@@ -107,6 +108,7 @@ type Server struct {
 	unary      atomic.Int64 // unary backend calls running (not subscription producers)
 	// establishing counts subscription requests not yet answered.
 	establishing atomic.Int64
+	bufs         sync.Pool // free *taskBuf, see newTask
 }
 
 // NewServer validates cfg, fills defaults and returns a Server.

@@ -188,11 +188,11 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 // slot; the task takes a connection slot and, if tracked, its id.
 func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
 	s.gen++
-	t := &Task{sess: s, gen: s.gen, method: m}
-	owned := make([]byte, len(env.ID)+len(env.Params))
-	n := copy(owned, env.ID)
-	copy(owned[n:], env.Params)
-	t.id, t.params = owned[:n:n], owned[n:]
+	t := s.srv.newTask()
+	t.sess, t.gen, t.method = s, s.gen, m
+	t.tb.b = append(append(t.tb.b[:0], env.ID...), env.Params...)
+	n := len(env.ID)
+	t.id, t.params = t.tb.b[:n:n], t.tb.b[n:]
 	if tracked {
 		t.key = string(s.key)
 		if s.inflight == nil {
@@ -222,11 +222,13 @@ func (s *Session) Complete(t *Task) {
 	}
 	s.active.remove(t)
 	if s.closed || t.cancelled {
+		s.srv.freeTask(t)
 		return
 	}
 	if t.key != "" {
 		cur, ok := s.inflight[t.key]
 		if !ok || cur.gen != t.gen {
+			s.srv.freeTask(t)
 			return // stale: not ours any more
 		}
 		// The id is released just before the response is written, so a client
@@ -236,10 +238,11 @@ func (s *Session) Complete(t *Task) {
 	if t.err != nil {
 		code, msg, dataCode, details := errorFields(t.err)
 		s.sendError(t.id, code, msg, dataCode, details)
-		return
+	} else {
+		s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
+		s.sink.Send(s.buf)
 	}
-	s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
-	s.sink.Send(s.buf)
+	s.srv.freeTask(t)
 }
 
 // cancel handles $/cancelRequest (CONTRACT.md section 4): the request's id is

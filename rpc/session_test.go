@@ -335,6 +335,26 @@ func TestUnknownIDCancelIsSilentNoop(t *testing.T) {
 	}
 }
 
+// TestCancelledReplyEchoesTheRequestID: with cancel-reply error the -32800
+// answers the cancelled request, so it carries that request's id token as the
+// request spelled it, not the cancel's spelling of the same id (CONTRACT.md
+// sections 2 and 4).
+func TestCancelledReplyEchoesTheRequestID(t *testing.T) {
+	runScript(t, opts{cancelReply: CancelReplyError},
+		send(get(`"\u0061"`)), backendBlock("a"),
+		cancel(`"a"`),
+		expectReply(cancelledReply(`"\u0061"`)),
+		send(get("-0")), backendBlock("z"),
+		cancel("0"),
+		expectReply(cancelledReply("-0")),
+		backendReturnOnCancel("a"),
+		backendReturnOnCancel("z"),
+		applyCompletions(),
+		expectNothing(),
+		expectStats(0, 0),
+	)
+}
+
 // TestCancelledIDReusedAndCancelledAgain: the same id is admitted, cancelled,
 // admitted again and cancelled again several times while every earlier worker
 // still runs; each cancel hits exactly the current owner; the workers return

@@ -17,6 +17,7 @@ type Task struct {
 	id     []byte   // immutable after dispatch: raw id, echoed byte-exact
 	method *Method  // immutable after dispatch
 	params []byte   // immutable after dispatch: owned copy of the params
+	tb     *taskBuf // immutable after dispatch until freed: the task's buffers
 
 	ctx reqCtx // cancelled by the loop, read by the worker
 
@@ -27,6 +28,39 @@ type Task struct {
 
 	cancelled  bool  // loop-owned
 	prev, next *Task // loop-owned: Session.active links
+}
+
+// taskBuf is the reusable memory of a unary task: the id and params it owns
+// and the result buffer its handler appends to.
+type taskBuf struct {
+	b, result []byte
+}
+
+// newTask returns a Task with buffers from the server's free list. The Task
+// itself is never reused, so a completion or a context kept by mistake can
+// never reach another request; only its byte buffers are, once its
+// completion has been applied and nothing refers to them any more.
+func (srv *Server) newTask() *Task {
+	tb, ok := srv.bufs.Get().(*taskBuf)
+	if !ok {
+		tb = &taskBuf{}
+	}
+	return &Task{tb: tb}
+}
+
+// freeTask returns t's buffers to the free list. Subscription tasks keep
+// theirs: the subscription may outlive the completion.
+func (srv *Server) freeTask(t *Task) {
+	tb := t.tb
+	if tb == nil || t.sub != nil {
+		return
+	}
+	t.tb, t.id, t.params, t.result = nil, nil, nil, nil
+	const maxKeep = 64 << 10 // do not keep the buffers of huge requests alive
+	if cap(tb.b) > maxKeep || cap(tb.result) > maxKeep {
+		return
+	}
+	srv.bufs.Put(tb)
 }
 
 // Session returns the session the task belongs to. Safe for concurrent use.
@@ -68,7 +102,11 @@ func (t *Task) call() (res []byte, err error) {
 	if t.sub != nil {
 		return nil, t.sess.srv.subscriber.Subscribe(&t.ctx, t.method.Name, t.params, &t.sub.st)
 	}
-	return t.sess.srv.cfg.Handler.Call(&t.ctx, t.method.Name, t.params, nil)
+	res, err = t.sess.srv.cfg.Handler.Call(&t.ctx, t.method.Name, t.params, t.tb.result[:0])
+	if cap(res) > cap(t.tb.result) && len(res) > 0 {
+		t.tb.result = res[:0] // keep a grown buffer for the next request
+	}
+	return res, err
 }
 
 // errorFields maps an error from a backend call to the JSON-RPC error object

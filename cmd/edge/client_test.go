@@ -1,0 +1,342 @@
+package main
+
+// Tests of the `edge call` and `edge subscribe` subcommands, run through run()
+// against an in-process gateway on 127.0.0.1. Identifiers here carry a cli
+// prefix so that they never clash with main_test.go's.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/loop"
+	"github.com/openengine/edge/rpc"
+)
+
+const cliWait = 5 * time.Second // one awaited effect
+
+// cliGateway is an in-process gateway with the memory backend.
+type cliGateway struct {
+	mem    *backend.Memory
+	pool   *backend.Pool
+	wsURL  string
+	tcpURL string
+}
+
+// cliStartGateway starts a gateway serving WebSocket and NDJSON over TCP,
+// stopped in t.Cleanup, and arms a watchdog.
+func cliStartGateway(t *testing.T) *cliGateway {
+	t.Helper()
+	timer := time.AfterFunc(45*time.Second, func() {
+		buf := make([]byte, 1<<22)
+		n := runtime.Stack(buf, true)
+		fmt.Fprintf(os.Stderr, "watchdog: %s hangs; goroutines:\n%s\n", t.Name(), buf[:n])
+		os.Exit(2)
+	})
+	t.Cleanup(func() { timer.Stop() })
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mem := backend.NewMemory()
+	pool := backend.NewPool(1024, time.Second)
+	rs, err := rpc.NewServer(rpc.Config{Handler: mem, Pool: pool, Logger: logger})
+	if err != nil {
+		t.Fatalf("rpc.NewServer: %v", err)
+	}
+	// The NDJSON listener gets a concrete port spelled unlike the WebSocket
+	// one: with port 0 the loop does not recognise NDJSON connections (see
+	// test/ndjson_test.go). On the rare clash with another process, retry.
+	var srv *loop.Server
+	for attempt := 0; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		nd := ln.Addr().String()
+		ln.Close()
+		srv, err = loop.New(loop.Config{Listen: "127.0.0.1:0", NDJSONListen: nd, Loops: 1, Logger: logger}, rs)
+		if err != nil {
+			t.Fatalf("loop.New: %v", err)
+		}
+		if err = srv.Start(); err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("Start: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = srv.Close(ctx)
+		}()
+		select {
+		case <-srv.Done():
+		case <-time.After(10 * time.Second):
+			t.Errorf("gateway did not stop within 10s")
+		}
+		pool.Close()
+	})
+	if srv.Addr() == nil || srv.NDJSONAddr() == nil {
+		t.Fatalf("gateway addresses: WebSocket %v, NDJSON %v", srv.Addr(), srv.NDJSONAddr())
+	}
+	return &cliGateway{mem: mem, pool: pool, wsURL: "ws://" + srv.Addr().String() + "/", tcpURL: "tcp://" + srv.NDJSONAddr().String()}
+}
+
+var cliTransports = []string{"ws", "tcp"}
+
+func (gw *cliGateway) url(transport string) string {
+	if transport == "ws" {
+		return gw.wsURL
+	}
+	return gw.tcpURL
+}
+
+// cliRun runs edge with args, bounded by cliWait, and returns its output.
+func cliRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, strings.NewReader(""), &out, &errOut) }()
+	select {
+	case err = <-done:
+	case <-time.After(cliWait):
+		cancel()
+		<-done
+		t.Fatalf("edge %q still running after %s", args, cliWait)
+	}
+	return out.String(), errOut.String(), err
+}
+
+func TestRunCall(t *testing.T) {
+	gw := cliStartGateway(t)
+	for _, tr := range cliTransports {
+		t.Run(tr, func(t *testing.T) {
+			tests := []struct {
+				name string
+				args []string
+				want string
+			}{
+				{"echo", []string{"call", gw.url(tr), "edge/echo", `{"a":1}`}, `{"a":1}` + "\n"},
+				{"no params", []string{"call", gw.url(tr), "edge/echo"}, `{}` + "\n"},
+				{"params kept as written", []string{"call", gw.url(tr), "edge/echo", ` {"b" : [1, 2]} `}, `{"b" : [1, 2]}` + "\n"},
+				{"timeout flag", []string{"call", "--timeout", "5s", gw.url(tr), "edge/sleep", `{"ms":1}`}, `{"sleptMs":1}` + "\n"},
+				{"initialize", []string{"call", gw.url(tr), "initialize", `{"protocolVersion":"openengine.cluster/v1"}`},
+					`{"protocolVersion":"openengine.cluster/v1","capabilities":{"graphProfiles":[],"logs":false,"agentAttach":false},"status":{"phase":"empty","observedGeneration":null,"currentRunId":null,"atCursor":null}}` + "\n"},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					stdout, stderr, err := cliRun(t, tt.args...)
+					if err != nil || stdout != tt.want || stderr != "" {
+						t.Fatalf("edge %q: err %v, stdout %q, stderr %q; want stdout %q", tt.args, err, stdout, stderr, tt.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestRunCallError: an RPC error is printed as one {"error":...} line and
+// fails the command with the *client.Error.
+func TestRunCallError(t *testing.T) {
+	gw := cliStartGateway(t)
+	tests := []struct {
+		name   string
+		method string
+		params string
+		want   string
+	}{
+		{"method not found", "edge/nope", `{}`, `{"error":{"code":-32601,"message":"Method not found"}}`},
+		{"params not an object", "edge/echo", `[1]`, `{"error":{"code":-32602,"message":"Invalid params"}}`},
+		{"with data", "edge/sleep", `{"ms":-1}`, `{"error":{"code":-32602,"message":"Invalid params","data":{"code":"SCHEMA_VIOLATION"}}}`},
+		{"with details", "initialize", `{"protocolVersion":"x"}`,
+			`{"error":{"code":-32000,"message":"Unsupported protocol version","data":{"code":"UNSUPPORTED_PROTOCOL_VERSION","details":{"requestedProtocolVersion":"x","supportedProtocolVersion":"openengine.cluster/v1"}}}}`},
+	}
+	for _, tr := range cliTransports {
+		for _, tt := range tests {
+			t.Run(tr+"/"+tt.name, func(t *testing.T) {
+				stdout, _, err := cliRun(t, "call", gw.url(tr), tt.method, tt.params)
+				var re *client.Error
+				if !errors.As(err, &re) {
+					t.Fatalf("err %v, want a *client.Error", err)
+				}
+				if stdout != tt.want+"\n" {
+					t.Fatalf("stdout %q, want %q", stdout, tt.want+"\n")
+				}
+			})
+		}
+	}
+}
+
+// TestRunCallTimeout: --timeout bounds the whole call.
+func TestRunCallTimeout(t *testing.T) {
+	gw := cliStartGateway(t)
+	for _, tr := range cliTransports {
+		t.Run(tr, func(t *testing.T) {
+			name := "cli-timeout-" + tr
+			stdout, _, err := cliRun(t, "call", "--timeout", "50ms", gw.url(tr), "edge/gate", `{"name":"`+name+`"}`)
+			if !errors.Is(err, context.DeadlineExceeded) || stdout != "" {
+				t.Fatalf("err %v, stdout %q; want context.DeadlineExceeded and no output", err, stdout)
+			}
+			// Over NDJSON nothing cancels the call on the gateway.
+			_, _ = gw.mem.Call(context.Background(), "edge/open", []byte(`{"name":"`+name+`"}`), nil)
+		})
+	}
+}
+
+// TestRunSubscribe: subscribe prints the establishment result, then each
+// event's params, one line each, and returns nil when the server ends the
+// subscription with "done".
+func TestRunSubscribe(t *testing.T) {
+	gw := cliStartGateway(t)
+	for _, tr := range cliTransports {
+		t.Run(tr, func(t *testing.T) {
+			stdout, stderr, err := cliRun(t, "subscribe", gw.url(tr), "edge/ticks", `{"count":3,"intervalMs":0}`)
+			if err != nil || stderr != "" {
+				t.Fatalf("err %v, stderr %q, stdout %q", err, stderr, stdout)
+			}
+			lines := strings.Split(stdout, "\n")
+			if len(lines) != 5 || lines[4] != "" {
+				t.Fatalf("stdout %q, want 4 lines", stdout)
+			}
+			var res struct {
+				SubscriptionID string `json:"subscriptionId"`
+			}
+			if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.SubscriptionID == "" {
+				t.Fatalf("first line %q, want the result with a subscriptionId", lines[0])
+			}
+			id, _ := json.Marshal(res.SubscriptionID)
+			for i, line := range lines[1:4] {
+				want := fmt.Sprintf(`{"subscriptionId":%s,"cursor":"%d","seq":%d}`, id, i+1, i+1)
+				if line != want {
+					t.Fatalf("event line %d: %q, want %q", i, line, want)
+				}
+			}
+		})
+	}
+}
+
+// TestRunSubscribeError: a failed establishment prints {"error":...} and
+// fails the command.
+func TestRunSubscribeError(t *testing.T) {
+	gw := cliStartGateway(t)
+	for _, tr := range cliTransports {
+		t.Run(tr, func(t *testing.T) {
+			stdout, _, err := cliRun(t, "subscribe", gw.url(tr), "edge/ticks", `{"count":0,"intervalMs":0}`)
+			var re *client.Error
+			want := `{"error":{"code":-32602,"message":"Invalid params","data":{"code":"SCHEMA_VIOLATION"}}}` + "\n"
+			if !errors.As(err, &re) || stdout != want {
+				t.Fatalf("err %v, stdout %q; want a *client.Error and %q", err, stdout, want)
+			}
+		})
+	}
+}
+
+// TestRunSubscribeInterrupted: once ctx is cancelled (SIGINT), subscribe
+// cancels the subscription on the gateway and returns nil.
+func TestRunSubscribeInterrupted(t *testing.T) {
+	gw := cliStartGateway(t)
+	for _, tr := range cliTransports {
+		t.Run(tr, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			pr, pw := io.Pipe()
+			defer pr.Close()
+			done := make(chan error, 1)
+			go func() {
+				err := run(ctx, []string{"subscribe", gw.url(tr), "watch"}, strings.NewReader(""), pw, io.Discard)
+				pw.Close()
+				done <- err
+			}()
+			lines := make(chan string, 1)
+			go func() {
+				line, _ := bufio.NewReader(pr).ReadString('\n')
+				lines <- line
+				_, _ = io.Copy(io.Discard, pr)
+			}()
+			select {
+			case line := <-lines:
+				if !strings.Contains(line, `"subscriptionId"`) || !strings.Contains(line, `"runId":null`) {
+					t.Fatalf("first line %q, want the watch result", line)
+				}
+			case <-time.After(cliWait):
+				t.Fatalf("no result line within %s", cliWait)
+			}
+			if n := gw.pool.Running(); n != 1 {
+				t.Fatalf("%d backend tasks running, want the subscription's 1", n)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run after cancel: %v, want nil", err)
+				}
+			case <-time.After(cliWait):
+				t.Fatalf("subscribe still running %s after cancel", cliWait)
+			}
+			deadline := time.Now().Add(cliWait)
+			for gw.pool.Running() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d backend tasks still running", gw.pool.Running())
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestRunClientUsage: bad command lines fail with a clear error before or
+// at the dial, and print nothing on stdout.
+func TestRunClientUsage(t *testing.T) {
+	gw := cliStartGateway(t)
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // substring of the error
+		is      error  // or errors.Is target
+		usage   bool   // usage on stderr
+	}{
+		{"no args", []string{"call"}, "want URL METHOD [PARAMS]", nil, true},
+		{"no method", []string{"subscribe", gw.wsURL}, "want URL METHOD [PARAMS]", nil, true},
+		{"too many", []string{"call", gw.wsURL, "edge/echo", "{}", "{}"}, "want URL METHOD [PARAMS]", nil, true},
+		{"bad params", []string{"call", gw.wsURL, "edge/echo", `{a:1}`}, "PARAMS is not valid JSON", nil, false},
+		{"truncated params", []string{"subscribe", gw.tcpURL, "edge/ticks", `{"count":1`}, "PARAMS is not valid JSON", nil, false},
+		{"bad flag", []string{"call", "--nope", gw.wsURL, "edge/echo"}, "flag provided but not defined", nil, true},
+		{"help", []string{"call", "-h"}, "", flag.ErrHelp, true},
+		{"bad scheme", []string{"call", "http://127.0.0.1:1/", "edge/echo"}, "", client.ErrScheme, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := cliRun(t, tt.args...)
+			switch {
+			case err == nil:
+				t.Fatalf("edge %q succeeded, stdout %q", tt.args, stdout)
+			case tt.is != nil && !errors.Is(err, tt.is):
+				t.Fatalf("err %v, want %v", err, tt.is)
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
+				t.Fatalf("err %q, want it to contain %q", err, tt.wantErr)
+			}
+			if stdout != "" {
+				t.Fatalf("stdout %q, want nothing", stdout)
+			}
+			if tt.usage != strings.Contains(stderr, "Usage: edge ") {
+				t.Fatalf("stderr %q, usage printed: want %v", stderr, tt.usage)
+			}
+		})
+	}
+}
