@@ -1,0 +1,151 @@
+package backend
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// jobFunc adapts a function to Job; the test owns the slot accounting.
+type jobFunc func()
+
+func (f jobFunc) Run() { f() }
+
+// waitFor polls cond until it holds or the deadline passes (a bounded poll,
+// not a sleep for an effect).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("timed out waiting for %s\n%s", what, buf[:runtime.Stack(buf, true)])
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPoolCap(t *testing.T) {
+	p := NewPool(2, time.Second)
+	defer p.Close()
+	if !p.TryAcquire() || !p.TryAcquire() {
+		t.Fatal("the first two slots must be granted")
+	}
+	if p.TryAcquire() {
+		t.Fatal("a third slot was granted with max 2")
+	}
+	p.Release()
+	if !p.TryAcquire() {
+		t.Fatal("a released slot was not granted again")
+	}
+	if got := p.Running(); got != 2 {
+		t.Fatalf("Running() = %d, want 2", got)
+	}
+}
+
+// TestPoolBlockedJobDoesNotHoldQueue is the deadlock the spare-worker rule
+// prevents: jobs that block until a later job runs. A pool that runs the
+// queue on one worker, or wakes nobody while its only worker is busy, hangs.
+func TestPoolBlockedJobDoesNotHoldQueue(t *testing.T) {
+	p := NewPool(1000, time.Second)
+	defer p.Close()
+	const blocked = 50
+	gate := make(chan struct{})
+	var done sync.WaitGroup
+	done.Add(blocked + 1)
+	for range blocked {
+		p.Submit(jobFunc(func() { <-gate; done.Done() }))
+	}
+	p.Submit(jobFunc(func() { close(gate); done.Done() }))
+	finished := make(chan struct{})
+	go func() { done.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job opening the gate never ran behind the blocked ones")
+	}
+}
+
+// TestPoolBurstRunsOnFewWorkers checks the point of the queue: a burst of
+// fast jobs does not start a goroutine per job.
+func TestPoolBurstRunsOnFewWorkers(t *testing.T) {
+	p := NewPool(100000, time.Minute)
+	defer p.Close()
+	before := runtime.NumGoroutine()
+	var n atomic.Int64
+	var peak atomic.Int64
+	const jobs = 10000
+	for range jobs {
+		p.Submit(jobFunc(func() {
+			n.Add(1)
+			if g := int64(runtime.NumGoroutine()); g > peak.Load() {
+				peak.Store(g)
+			}
+		}))
+	}
+	waitFor(t, "every job", func() bool { return n.Load() == jobs })
+	if extra := peak.Load() - int64(before); extra > 64 {
+		t.Fatalf("a burst of %d jobs ran on %d extra goroutines", jobs, extra)
+	}
+}
+
+func TestPoolIdleWorkersExit(t *testing.T) {
+	before := runtime.NumGoroutine()
+	p := NewPool(100, 20*time.Millisecond)
+	defer p.Close()
+	var wg sync.WaitGroup
+	wg.Add(10)
+	gate := make(chan struct{})
+	for range 10 {
+		p.Submit(jobFunc(func() { <-gate; wg.Done() }))
+	}
+	close(gate)
+	wg.Wait()
+	waitFor(t, "idle workers to exit", func() bool { return runtime.NumGoroutine() <= before })
+	// The pool still works after its workers left.
+	ran := make(chan struct{})
+	p.Submit(jobFunc(func() { close(ran) }))
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a job submitted after the workers idled out never ran")
+	}
+}
+
+func TestPoolCloseWaitsForJobs(t *testing.T) {
+	p := NewPool(10, time.Minute)
+	release := make(chan struct{})
+	var finished atomic.Bool
+	p.Submit(jobFunc(func() { <-release; finished.Store(true) }))
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a job was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if !finished.Load() {
+		t.Fatal("Close returned before the running job finished")
+	}
+}
+
+// BenchmarkPoolSubmit measures hand-off of a burst of empty jobs.
+func BenchmarkPoolSubmit(b *testing.B) {
+	p := NewPool(1<<30, time.Minute)
+	defer p.Close()
+	var wg sync.WaitGroup
+	job := jobFunc(func() { wg.Done() })
+	b.ReportAllocs()
+	for b.Loop() {
+		wg.Add(64)
+		for range 64 {
+			p.Submit(job)
+		}
+		wg.Wait()
+	}
+}
