@@ -31,6 +31,8 @@ type eventLoop struct {
 	conns []*conn          // loop-owned: every open connection, for sweeps
 	dirty []*conn          // loop-owned: connections with unflushed output
 	bufs  [][]byte         // loop-owned: spare output buffers
+	// spareBytes is the capacity held in bufs.
+	spareBytes int // loop-owned
 	// paused lists connections over their soft outbound cap; entries whose
 	// connection was resumed or closed are dropped at the next paused sweep.
 	paused []*conn // loop-owned
@@ -39,9 +41,14 @@ type eventLoop struct {
 	sweeping bool // guarded by mu: a sweep is queued on the loop
 }
 
-// maxSpareBuf is the largest output buffer kept for reuse; larger ones are
-// dropped after their flush so that idle connections cost little memory.
-const maxSpareBuf = 64 << 10
+// Output buffers: a new one has minOutBuf bytes; one larger than maxSpareBuf
+// is dropped after its flush; a loop keeps at most maxSpareBytes of spares.
+// Idle connections hold none.
+const (
+	minOutBuf     = 512
+	maxSpareBuf   = 64 << 10
+	maxSpareBytes = 8 << 20
+)
 
 // Post queues a completion for the loop and makes sure a drain is scheduled.
 // Completions posted while a drain is pending ride along with it, so a busy loop
@@ -181,18 +188,25 @@ func (l *eventLoop) sweepPaused(context.Context) error {
 	return nil
 }
 
+// getBuf returns an empty output buffer. A turn that writes to many
+// connections at once (a fan-out) needs one buffer per connection until the
+// flush, so spare buffers are kept up to a byte budget rather than a count:
+// a steady fan-out to thousands of connections then allocates nothing.
 func (l *eventLoop) getBuf() []byte {
 	if n := len(l.bufs); n > 0 {
 		b := l.bufs[n-1]
+		l.bufs[n-1] = nil
 		l.bufs = l.bufs[:n-1]
+		l.spareBytes -= cap(b)
 		return b
 	}
-	return make([]byte, 0, 4096)
+	return make([]byte, 0, minOutBuf)
 }
 
 func (l *eventLoop) putBuf(b []byte) {
-	if cap(b) <= maxSpareBuf && len(l.bufs) < 64 {
+	if cap(b) <= maxSpareBuf && l.spareBytes+cap(b) <= maxSpareBytes {
 		l.bufs = append(l.bufs, b[:0])
+		l.spareBytes += cap(b)
 	}
 }
 
