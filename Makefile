@@ -3,7 +3,7 @@ GO      ?= go
 FUZZTIME ?= 30s
 PKGS    := ./...
 
-.PHONY: run test race unit lint fuzz bench build
+.PHONY: run test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test
 
 ## run: run the gateway on the embedded memory backend (127.0.0.1:8080)
 run:
@@ -36,6 +36,27 @@ fuzz:
 		echo "== $$t"; $(GO) test ./codec -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
-## bench: micro benchmarks (allocations reported)
-bench:
+## bench-micro: micro benchmarks (allocations reported), the gateway's and the load generator's
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./load
+
+# The end-to-end suite lives in bench/ (its own module, with the peer servers
+# in bench/peers/<name>/, each its own module); see bench/README.md.
+PEERS := $(sort $(dir $(wildcard bench/peers/*/go.mod)))
+
+## bench: the standard end-to-end matrix, edge against every peer (under 15 minutes); BENCHARGS adds flags
+bench: bench-suite
+
+## bench-suite: the same as bench
+bench-suite:
+	cd bench && $(GO) run ./cmd/edgebench -go $(GO) $(BENCHARGS)
+
+## bench-test: go test in bench/ and in every peer module
+bench-test:
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@for p in $(PEERS); do echo "== go test $$p"; (cd $$p && $(GO) test -count=1 ./...) || exit 1; done
+
+## bench-quick: bench-test, then every workload briefly against every peer (CI smoke run, under 5 minutes)
+bench-quick: bench-test
+	cd bench && $(GO) run ./cmd/edgebench -go $(GO) -quick $(BENCHARGS)

@@ -1,0 +1,499 @@
+// Command edgebench is edge's end-to-end benchmark suite. It builds edge and
+// the peer servers (bench/peers/<name>), runs each workload against each
+// server in turn (a fresh process per measurement, pinned to one CPU with
+// GOMAXPROCS=1) with the load generator (bench/load) pinned to the other, and
+// writes results.jsonl, report.md and one SVG chart per workload under
+// bench/results/<run>/. See bench/README.md.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/openengine/edge/bench/load"
+	// A progress bar for a 15-minute run; small, no cgo, and it degrades to
+	// nothing when stderr is not a terminal (CI prints one line per phase).
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	quick     bool
+	workloads []string
+	peers     []string
+	run       string
+	out       string
+	root      string
+	goBin     string
+	pin       bool
+	timeout   time.Duration
+	strict    bool
+	warmup    time.Duration
+	measure   time.Duration
+	report    string
+	perf      []string
+	pprof     bool
+	nice      int
+	w2Rates   string
+	w3Conns   string
+	w4Subs    string
+	w4Offered float64
+	cpuprof   string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("edgebench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.quick, "quick", false, "every workload briefly with small counts (CI smoke run)")
+	wl := fs.String("workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ","))
+	pl := fs.String("peers", "all", "comma-separated servers: "+strings.Join(peerNames, ","))
+	fs.StringVar(&o.run, "run", "", "run name (default: quick-<time> or <time>); results go to <out>")
+	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
+	fs.StringVar(&o.root, "root", "", "edge repository root (default: found from the working directory)")
+	fs.StringVar(&o.goBin, "go", envOr("GO", "go"), "go command used to build the servers")
+	fs.BoolVar(&o.pin, "pin", true, "pin servers to one CPU and the generator to another (sched_setaffinity)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "stop the whole run after this long (default 30m, 5m with -quick)")
+	fs.BoolVar(&o.strict, "strict", false, "exit non-zero when any phase fails or edge leaks state, peers included")
+	fs.DurationVar(&o.warmup, "warmup", 0, "override the warm-up of every measured window")
+	fs.DurationVar(&o.measure, "measure", 0, "override the length of every measured window")
+	fs.StringVar(&o.report, "report", "", "only regenerate report.md and charts from this results.jsonl")
+	fs.StringVar(&o.w2Rates, "w2-rates", "", "W2 total request rates, comma-separated (default 10000,30000,60000)")
+	fs.StringVar(&o.w3Conns, "w3-conns", "", "W3 connection counts, comma-separated (default 1000,10000,15000)")
+	fs.StringVar(&o.w4Subs, "w4-subs", "", "W4 subscriber counts, comma-separated (default 1000,10000)")
+	fs.Float64Var(&o.w4Offered, "w4-deliveries", 0, "W4 offered deliveries per second (default 100000; publish rate = this / subscribers)")
+	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --pprof-listen)")
+	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator) to this file")
+	fs.IntVar(&o.nice, "nice", 0, "nice value for the generator and the servers (e.g. -10 on a machine shared with other work; needs root)")
+	perf := fs.String("perf", "", "comma-separated servers to profile with `perf record` over each measured window (logs/*.perf.data and .txt)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if o.workloads, err = parseList(*wl, allWorkloads); err != nil {
+		return nil, fmt.Errorf("-workloads: %w", err)
+	}
+	if o.peers, err = parseList(*pl, peerNames); err != nil {
+		return nil, fmt.Errorf("-peers: %w", err)
+	}
+	if *perf != "" {
+		if o.perf, err = parseList(*perf, peerNames); err != nil {
+			return nil, fmt.Errorf("-perf: %w", err)
+		}
+		if _, err := exec.LookPath("perf"); err != nil {
+			return nil, fmt.Errorf("-perf: %w (apt-get install linux-perf)", err)
+		}
+	}
+	if o.timeout == 0 {
+		o.timeout = 30 * time.Minute
+		if o.quick {
+			o.timeout = 5 * time.Minute
+		}
+	}
+	return o, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// findRoot walks up from dir to the edge module's go.mod.
+func findRoot(dir string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			if strings.HasPrefix(string(b), "module github.com/openengine/edge\n") {
+				return d, nil
+			}
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("cannot find the edge module root (github.com/openengine/edge); use -root")
+		}
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.report != "" {
+		recs, err := readResults(o.report)
+		if err != nil {
+			return err
+		}
+		return writeReport(filepath.Dir(o.report), recs)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "edgebench: "+format+"\n", a...)
+	}
+
+	if o.root == "" {
+		wd, _ := os.Getwd()
+		if o.root, err = findRoot(wd); err != nil {
+			return err
+		}
+	}
+	if o.run == "" {
+		o.run = time.Now().UTC().Format("20060102-150405")
+		if o.quick {
+			o.run = "quick-" + o.run
+		}
+	}
+	if o.out == "" {
+		o.out = filepath.Join(o.root, "bench", "results", o.run)
+		if o.quick {
+			// Smoke runs are not kept (bench/results/tmp/ is ignored by git).
+			o.out = filepath.Join(o.root, "bench", "results", "tmp", o.run)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(o.out, "logs"), 0o755); err != nil {
+		return err
+	}
+	raiseNoFile(logf)
+
+	m := standardMatrix()
+	if o.quick {
+		m = quickMatrix()
+	}
+	if o.warmup > 0 {
+		m.warmup = o.warmup
+	}
+	if o.measure > 0 {
+		m.measure = o.measure
+	}
+	if err := m.override(o); err != nil {
+		return err
+	}
+
+	// Build before pinning: the compiler gets both cores.
+	binDir, err := os.MkdirTemp("", "edgebench-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	bins, buildFailed, err := build(ctx, o.goBin, o.root, binDir, o.peers, logf)
+	if err != nil {
+		return err
+	}
+	edgePprof := false
+	if bin, ok := bins["edge"]; ok {
+		help, _ := exec.Command(bin, "--help").CombinedOutput()
+		edgePprof = strings.Contains(string(help), "-pprof-listen")
+		if o.pprof && !edgePprof {
+			logf("WARNING: -pprof: this edge has no --pprof-listen")
+		}
+	}
+
+	if o.nice != 0 {
+		if err := reniceSelf(o.nice); err != nil {
+			logf("WARNING: cannot renice: %v", err)
+		} else {
+			logf("running at nice %d", o.nice)
+		}
+	}
+	pin := choosePinning(o.pin)
+	if pin.on {
+		if err := pinSelf(pin.client); err != nil {
+			logf("WARNING: cannot pin the generator (%v); running unpinned", err)
+			pin = pinning{why: err.Error()}
+		}
+	}
+	if pin.on {
+		logf("servers on CPU %d (GOMAXPROCS=1), load generator on CPU %d", pin.server, pin.client)
+	} else {
+		logf("WARNING: no CPU pinning (%s); server and generator share the CPUs and figures are noisier", pin.why)
+	}
+
+	if o.cpuprof != "" {
+		f, err := os.Create(o.cpuprof)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	resf, err := os.Create(filepath.Join(o.out, "results.jsonl"))
+	if err != nil {
+		return err
+	}
+	defer resf.Close()
+	enc := json.NewEncoder(resf)
+
+	phases := m.phases(o.workloads, o.peers)
+	var total time.Duration
+	for _, p := range phases {
+		total += p.budget
+	}
+	logf("%d phases, about %s; results in %s", len(phases), total.Round(time.Second), o.out)
+	prog := newProgress(stderr, len(phases))
+
+	var recs []Record
+	var edgeFailures, failures, leaks int
+	for i, p := range phases {
+		if ctx.Err() != nil {
+			break
+		}
+		prog.begin(i, p)
+		rec := Record{Run: o.run, Workload: p.workload, Variant: p.variant, Peer: p.peer, Params: p.params,
+			Started: time.Now().UTC(), Pinned: pin.on}
+		if bin, ok := bins[p.peer]; ok {
+			runPhase(ctx, p, bin, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, p.peer),
+				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace)}, &rec, logf)
+		} else {
+			rec.Error = fmt.Sprintf("not built: %v", buildFailed[p.peer])
+		}
+		if ctx.Err() != nil && rec.OK {
+			// An interrupted window is not a measurement.
+			rec.OK, rec.Error = false, "interrupted: "+ctx.Err().Error()
+		}
+		if !rec.OK {
+			failures++
+			if p.peer == "edge" {
+				edgeFailures++
+			}
+		}
+		for _, n := range rec.Notes {
+			if strings.HasPrefix(n, "LEAK") {
+				leaks++
+			}
+		}
+		recs = append(recs, rec)
+		if err := enc.Encode(rec); err != nil {
+			return err
+		}
+		prog.end(rec)
+	}
+	prog.finish()
+	if err := writeReport(o.out, recs); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "edgebench: %d of %d phases ok; report: %s\n", len(recs)-failures, len(phases),
+		filepath.Join(o.out, "report.md"))
+	for _, r := range recs {
+		if !r.OK {
+			fmt.Fprintf(stdout, "  FAILED %s %s %s: %s\n", r.Workload, r.Variant, r.Peer, firstLine(r.Error))
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("stopped early: %w", ctx.Err())
+	case len(recs) < len(phases):
+		return fmt.Errorf("only %d of %d phases ran", len(recs), len(phases))
+	case edgeFailures > 0:
+		return fmt.Errorf("%d edge phases failed", edgeFailures)
+	case o.strict && (failures > 0 || leaks > 0):
+		return fmt.Errorf("%d phases failed, %d leaked state", failures, leaks)
+	}
+	return nil
+}
+
+// runPhase starts a fresh server, runs one phase against it, stops it, and
+// fills rec.
+// phaseOpts are the per-phase instrumentation switches.
+type phaseOpts struct {
+	perf  bool // perf record the server over the window
+	pprof bool // edge: serve pprof (CPU profile over the window, heap in W3)
+}
+
+func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
+	pctx, cancel := context.WithTimeout(ctx, 2*p.budget+30*time.Second)
+	defer cancel()
+	d, err := load.DialectFor(p.peer)
+	if err != nil {
+		rec.Error = err.Error()
+		return
+	}
+	pc := &phaseCtx{rec: rec, logf: logf}
+	logName := fmt.Sprintf("%s-%s-%s.log", p.workload, safeName(p.variant), p.peer)
+	srv, err := startServer(pctx, serverSpec{peer: p.peer, bin: bin, logPath: filepath.Join(out, "logs", logName),
+		pin: pin, gctrace: p.gctrace, gcConns: pc.conns.Load, pprof: opts.pprof})
+	if err != nil {
+		rec.Error = err.Error()
+		return
+	}
+	rec.ServerCPUs = srv.cpus
+	pc.srv = srv
+	pc.target = load.Target{Addr: srv.addr, Dialect: d}
+	pc.samp = &sampler{pid: srv.pid}
+	if opts.pprof && !p.gctrace && p.window > 0 {
+		pc.samp.pprofAddr = srv.pprof()
+		pc.samp.pprofPath = filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".pprof")
+		pc.samp.pprofSeconds = int(math.Ceil(p.window.Seconds()))
+	}
+	if opts.perf {
+		pc.samp.perf = &perfRecorder{data: filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perf.data")}
+	}
+	err = p.run(pctx, pc)
+	if pc.samp.pprofDone != nil {
+		if perr := <-pc.samp.pprofDone; perr != nil {
+			rec.Notes = append(rec.Notes, "pprof: "+perr.Error())
+		}
+	}
+	if pc.samp.perf != nil {
+		pc.samp.perf.stop()
+		if perr := pc.samp.perf.report(); perr != nil {
+			rec.Notes = append(rec.Notes, "perf: "+perr.Error())
+		}
+	}
+	if err == nil && srv.exited() {
+		err = fmt.Errorf("server exited during the run: %v", srv.waitErr)
+	}
+	if serr := srv.stop(10 * time.Second); serr != nil {
+		rec.Notes = append(rec.Notes, "stop: "+serr.Error())
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		if srv.exited() {
+			rec.Error += "\n" + tailFile(filepath.Join(out, "logs", logName), 1000)
+		}
+		return
+	}
+	rec.OK = true
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+// raiseNoFile raises RLIMIT_NOFILE to its hard limit (W3 holds 15,000
+// connections; servers inherit the limit).
+func raiseNoFile(logf func(string, ...any)) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			logf("WARNING: cannot raise the open-file limit: %v", err)
+		}
+	}
+	if rl.Cur < 16000 {
+		logf("WARNING: open-file limit %d is below W3's 15,000 connections plus headroom", rl.Cur)
+	}
+}
+
+func readResults(path string) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var recs []Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, sc.Err()
+}
+
+// progress shows a bar on a terminal, or one line per phase otherwise.
+type progress struct {
+	w     io.Writer
+	bar   *progressbar.ProgressBar
+	total int
+	start time.Time
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w, total: total, start: time.Now()}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+		)
+	}
+	return p
+}
+
+func (p *progress) begin(i int, ph phase) {
+	desc := fmt.Sprintf("%s %s %s", ph.workload, ph.variant, ph.peer)
+	if p.bar != nil {
+		p.bar.Describe(fmt.Sprintf("%-28s", desc))
+		return
+	}
+	fmt.Fprintf(p.w, "[%d/%d %4.0fs] %s ...\n", i+1, p.total, time.Since(p.start).Seconds(), desc)
+}
+
+func (p *progress) end(r Record) {
+	if p.bar != nil {
+		p.bar.Add(1)
+		if !r.OK {
+			p.bar.Clear()
+			fmt.Fprintf(p.w, "\n  %s %s %s FAILED: %s\n", r.Workload, r.Variant, r.Peer, firstLine(r.Error))
+		}
+		return
+	}
+	switch {
+	case !r.OK:
+		fmt.Fprintf(p.w, "    FAILED: %s\n", firstLine(r.Error))
+	case r.Throughput > 0:
+		cpu := ""
+		if r.Server != nil && r.Server.UsPerOp > 0 {
+			cpu = fmt.Sprintf(", server %.2f us/op", r.Server.UsPerOp)
+		}
+		fmt.Fprintf(p.w, "    %.0f %s%s\n", r.Throughput, r.Unit, cpu)
+	}
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+}

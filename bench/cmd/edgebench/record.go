@@ -1,0 +1,121 @@
+package main
+
+import (
+	"time"
+
+	"github.com/openengine/edge/bench/load"
+)
+
+// Record is one line of results.jsonl: one workload x variant x peer.
+type Record struct {
+	Run      string         `json:"run"`
+	Workload string         `json:"workload"`
+	Variant  string         `json:"variant"`
+	Peer     string         `json:"peer"`
+	Params   map[string]any `json:"params,omitempty"`
+	Started  time.Time      `json:"started"`
+	OK       bool           `json:"ok"`
+	Error    string         `json:"error,omitempty"`
+	Notes    []string       `json:"notes,omitempty"`
+
+	// Throughput is operations per second in the measured window: requests,
+	// deliveries, upgrades or messages, as Unit says.
+	Throughput float64       `json:"throughput,omitempty"`
+	Unit       string        `json:"unit,omitempty"`
+	Ops        int64         `json:"ops,omitempty"`
+	Seconds    float64       `json:"seconds,omitempty"`
+	Errors     int64         `json:"errors,omitempty"`
+	Latency    *load.Latency `json:"latency,omitempty"`
+	SendLag    *load.Latency `json:"send_lag,omitempty"`
+
+	Server *Usage `json:"server,omitempty"` // the server process over the window
+	Client *Usage `json:"client,omitempty"` // the load generator (this harness) over the window
+
+	// Idle connections (W3).
+	Conns          int     `json:"conns,omitempty"`
+	RSSBaseKiB     int64   `json:"rss_base_kib,omitempty"`
+	RSSKiB         int64   `json:"rss_kib,omitempty"`
+	RSSPerConnKiB  float64 `json:"rss_per_conn_kib,omitempty"`
+	HeapPerConnKiB float64 `json:"heap_per_conn_kib,omitempty"` // live heap at the last GC (gctrace, MB resolution)
+
+	Pinned     bool   `json:"pinned"`
+	ServerCPUs string `json:"server_cpus,omitempty"`
+
+	// Extra holds workload-specific results (the load package's structs).
+	Extra any `json:"extra,omitempty"`
+}
+
+// Usage is a process's resource use over the measured window.
+type Usage struct {
+	UserS   float64 `json:"user_s"`
+	SysS    float64 `json:"sys_s"`
+	Util    float64 `json:"util"`                // CPU seconds per second (1 = one core busy)
+	UsPerOp float64 `json:"us_per_op,omitempty"` // CPU microseconds per operation
+	RSSKiB  int64   `json:"rss_kib,omitempty"`
+}
+
+// sampler takes the server's and the harness's CPU times at the edges of a
+// measured window (load.Hooks).
+type sampler struct {
+	pid  int
+	perf *perfRecorder // nil: no profile
+	// pprof: fetch a Go CPU profile of pprofSeconds into pprofPath over the
+	// window (edge with -pprof).
+	pprofAddr    string
+	pprofPath    string
+	pprofSeconds int
+	pprofDone    <-chan error
+	t0, t1       time.Time
+	s0, s1       cpuTimes
+	c0, c1       cpuTimes
+	rss          int64
+	err          error
+}
+
+func (s *sampler) hooks() load.Hooks {
+	return load.Hooks{OnStart: s.start, OnEnd: s.end}
+}
+
+func (s *sampler) start() {
+	if s.perf != nil {
+		s.perf.start(s.pid)
+	}
+	if s.pprofAddr != "" && s.pprofPath != "" {
+		s.pprofDone = cpuProfile(s.pprofAddr, s.pprofSeconds, s.pprofPath)
+	}
+	s.t0 = time.Now()
+	s.c0 = selfCPU()
+	s.s0, s.err = procCPU(s.pid)
+}
+
+func (s *sampler) end() {
+	s.t1 = time.Now()
+	s.c1 = selfCPU()
+	var err error
+	if s.s1, err = procCPU(s.pid); err != nil && s.err == nil {
+		s.err = err
+	}
+	s.rss, _ = rssKiB(s.pid)
+	if s.perf != nil {
+		s.perf.stop()
+	}
+}
+
+// usage returns the server's and the client's use per op.
+func (s *sampler) usage(ops int64) (server, client *Usage) {
+	if s.t1.IsZero() || s.err != nil {
+		return nil, nil
+	}
+	secs := s.t1.Sub(s.t0).Seconds()
+	mk := func(d cpuTimes) *Usage {
+		u := &Usage{UserS: d.user.Seconds(), SysS: d.sys.Seconds()}
+		u.Util = (u.UserS + u.SysS) / secs
+		if ops > 0 {
+			u.UsPerOp = (u.UserS + u.SysS) * 1e6 / float64(ops)
+		}
+		return u
+	}
+	server, client = mk(s.s1.sub(s.s0)), mk(s.c1.sub(s.c0))
+	server.RSSKiB = s.rss
+	return server, client
+}

@@ -1,0 +1,473 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/openengine/edge/bench/load"
+)
+
+// matrix sizes every workload. standardMatrix is `make bench-suite`;
+// quickMatrix is `make bench-quick` (every workload briefly, small counts).
+type matrix struct {
+	warmup, measure time.Duration
+
+	w1 []w1Variant
+
+	w2Conns int
+	w2Rates []float64
+	w2Peers []string
+
+	w3Counts         []int
+	w3Settle, w3Hold time.Duration
+
+	w4Subs       []int
+	w4Deliveries float64 // offered deliveries per second: publish rate = this / subscribers
+	w4MaxRate    float64 // cap on publishes per second
+	w4EventSize  int
+
+	w5 load.StormConfig
+
+	w6Workers int
+
+	w7 []w7Variant
+}
+
+type w1Variant struct{ conns, window, size int }
+
+func (v w1Variant) name() string {
+	return fmt.Sprintf("c%dw%d-%s", v.conns, v.window, sizeName(v.size))
+}
+
+type w7Variant struct {
+	size, frag int
+}
+
+func (v w7Variant) name() string {
+	n := sizeName(v.size)
+	if v.frag > 0 {
+		n += fmt.Sprintf("-frag%s", sizeName(v.frag))
+	}
+	return n
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func standardMatrix() matrix {
+	return matrix{
+		warmup: time.Second, measure: 4 * time.Second,
+		w1:      []w1Variant{{50, 1, 16}, {50, 1, 1024}, {4, 64, 16}, {4, 64, 1024}},
+		w2Conns: 1000, w2Rates: []float64{10000, 30000, 60000}, w2Peers: []string{"edge", "raw", "gorilla", "nbio"},
+		w3Counts: []int{1000, 10000, 15000}, w3Settle: time.Second, w3Hold: 2 * time.Second,
+		w4Subs: []int{1000, 10000}, w4Deliveries: 100000, w4MaxRate: 1000, w4EventSize: 128,
+		w5: load.StormConfig{StormConns: 1000, Rate: 10000, SleepMs: 50, CancelFraction: 0.9,
+			CancelWithin: 5 * time.Millisecond, EchoConns: 50, EchoRate: 5000, Quiet: 3 * time.Second, Storm: 4 * time.Second},
+		w6Workers: 8,
+		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
+	}
+}
+
+func quickMatrix() matrix {
+	return matrix{
+		warmup: 200 * time.Millisecond, measure: time.Second,
+		w1:      []w1Variant{{50, 1, 16}, {50, 1, 1024}, {4, 64, 16}, {4, 64, 1024}},
+		w2Conns: 100, w2Rates: []float64{5000}, w2Peers: []string{"edge", "raw", "gorilla", "nbio"},
+		w3Counts: []int{500}, w3Settle: 200 * time.Millisecond, w3Hold: 500 * time.Millisecond,
+		w4Subs: []int{100}, w4Deliveries: 20000, w4MaxRate: 1000, w4EventSize: 128,
+		w5: load.StormConfig{StormConns: 100, Rate: 2000, SleepMs: 50, CancelFraction: 0.9,
+			CancelWithin: 5 * time.Millisecond, EchoConns: 10, EchoRate: 1000, Quiet: time.Second, Storm: time.Second},
+		w6Workers: 4,
+		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
+	}
+}
+
+// override applies the matrix flags.
+func (m *matrix) override(o *options) error {
+	nums := func(flagName, s string) ([]float64, error) {
+		var out []float64
+		for _, f := range strings.Split(s, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("-%s: bad value %q", flagName, f)
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	ints := func(vs []float64) []int {
+		out := make([]int, len(vs))
+		for i, v := range vs {
+			out[i] = int(v)
+		}
+		return out
+	}
+	if o.w2Rates != "" {
+		v, err := nums("w2-rates", o.w2Rates)
+		if err != nil {
+			return err
+		}
+		m.w2Rates = v
+	}
+	if o.w3Conns != "" {
+		v, err := nums("w3-conns", o.w3Conns)
+		if err != nil {
+			return err
+		}
+		m.w3Counts = ints(v)
+	}
+	if o.w4Subs != "" {
+		v, err := nums("w4-subs", o.w4Subs)
+		if err != nil {
+			return err
+		}
+		m.w4Subs = ints(v)
+	}
+	if o.w4Offered > 0 {
+		m.w4Deliveries = o.w4Offered
+	}
+	return nil
+}
+
+// phase is one workload x variant x peer, run against a fresh server.
+type phase struct {
+	workload, variant, peer string
+	params                  map[string]any
+	gctrace                 bool
+	budget                  time.Duration // expected duration, for the progress bar and the timeout
+	window                  time.Duration // length of the measured window (for profiles)
+	run                     func(ctx context.Context, pc *phaseCtx) error
+}
+
+// phaseCtx is what a phase's run gets: the running server and the record
+// to fill.
+type phaseCtx struct {
+	srv    *server
+	target load.Target
+	rec    *Record
+	samp   *sampler
+	conns  atomic.Int64 // client connections open (for gctrace attribution)
+	logf   func(string, ...any)
+}
+
+// allWorkloads lists the workload names in order.
+var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
+
+// phases builds the run's phase list for the chosen workloads and peers.
+func (m matrix) phases(workloads, peers []string) []phase {
+	var ps []phase
+	has := func(w string) bool { return slices.Contains(workloads, w) }
+	peersOf := func(only []string) []string {
+		var out []string
+		for _, p := range peers {
+			if only == nil || slices.Contains(only, p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	if has("W1") {
+		for _, v := range m.w1 {
+			for _, p := range peersOf(nil) {
+				ps = append(ps, m.w1Phase(v, p))
+			}
+		}
+	}
+	if has("W2") {
+		for _, r := range m.w2Rates {
+			for _, p := range peersOf(m.w2Peers) {
+				ps = append(ps, m.w2Phase(r, p))
+			}
+		}
+	}
+	if has("W3") {
+		for _, n := range m.w3Counts {
+			for _, p := range peersOf(nil) {
+				ps = append(ps, m.w3Phase(n, p))
+			}
+		}
+	}
+	if has("W4") {
+		for _, n := range m.w4Subs {
+			for _, p := range peersOf(nil) {
+				if p != "raw" {
+					ps = append(ps, m.w4Phase(n, p))
+				}
+			}
+		}
+	}
+	if has("W5") && slices.Contains(peers, "edge") {
+		ps = append(ps, m.w5Phase())
+	}
+	if has("W6") {
+		for _, p := range peersOf(nil) {
+			ps = append(ps, m.w6Phase(p))
+		}
+	}
+	if has("W7") {
+		for _, v := range m.w7 {
+			for _, p := range peersOf(nil) {
+				ps = append(ps, m.w7Phase(v, p))
+			}
+		}
+	}
+	return ps
+}
+
+func (m matrix) w1Phase(v w1Variant, peer string) phase {
+	return phase{workload: "W1", variant: v.name(), peer: peer, window: m.measure,
+		params: map[string]any{"conns": v.conns, "window": v.window, "params_bytes": v.size},
+		budget: m.warmup + m.measure + time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			req, off := pc.target.Dialect.Echo(load.Params(v.size))
+			res, err := load.RunClosed(ctx, load.ClosedConfig{Target: pc.target, Conns: v.conns, Window: v.window,
+				Request: req, IDOff: off, Warmup: m.warmup, Measure: m.measure, Hooks: pc.samp.hooks()})
+			pc.fill(res, "req/s")
+			return err
+		}}
+}
+
+func (m matrix) w2Phase(rate float64, peer string) phase {
+	return phase{workload: "W2", variant: fmt.Sprintf("%gk/s", rate/1000), peer: peer, window: m.measure,
+		params: map[string]any{"conns": m.w2Conns, "rate": rate, "params_bytes": 16},
+		budget: m.warmup + m.measure + 2*time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			req, off := pc.target.Dialect.Echo(load.Params(16))
+			res, err := load.RunOpen(ctx, load.OpenConfig{Target: pc.target, Conns: m.w2Conns, Rate: rate,
+				Request: req, IDOff: off, Warmup: m.warmup, Measure: m.measure, Hooks: pc.samp.hooks()})
+			pc.fill(res, "req/s")
+			pc.rec.SendLag = res.SendLag
+			if res.Skipped > 0 {
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("%d requests skipped: a connection had 1024 outstanding", res.Skipped))
+			}
+			return err
+		}}
+}
+
+func (m matrix) w3Phase(n int, peer string) phase {
+	return phase{workload: "W3", variant: fmt.Sprintf("%d", n), peer: peer, gctrace: true,
+		params: map[string]any{"conns": n},
+		budget: m.w3Settle + m.w3Hold + time.Duration(n)*200*time.Microsecond + time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			// edge serves pprof: exact live heap (after a forced GC) before
+			// and after; the peers: gctrace, coarser. The first pprof request
+			// comes before the RSS baseline so that its own memory is not
+			// counted against the connections.
+			paddr := pc.srv.pprof()
+			var heap0, heap1 int64 = -1, -1
+			if paddr != "" {
+				if h, _, err := heapStats(paddr); err == nil {
+					heap0 = h
+				}
+			}
+			base, err := rssKiB(pc.srv.pid)
+			if err != nil {
+				return err
+			}
+			pc.rec.RSSBaseKiB = base
+			hooks := pc.samp.hooks()
+			end := hooks.OnEnd
+			hooks.OnEnd = func() {
+				end() // RSS first: the forced GC below must not disturb it
+				if paddr != "" && heap0 >= 0 {
+					if h, _, err := heapStats(paddr); err == nil {
+						heap1 = h
+					}
+				}
+			}
+			res, err := load.RunIdle(ctx, load.IdleConfig{Target: pc.target, Conns: n, Settle: m.w3Settle, Hold: m.w3Hold,
+				Hooks: hooks, Progress: func(d int) { pc.conns.Store(int64(d)) }})
+			pc.conns.Store(int64(res.Conns))
+			pc.rec.Extra = res
+			pc.rec.Conns = res.Conns
+			if res.RampSeconds > 0 {
+				pc.rec.Throughput, pc.rec.Unit = float64(res.Conns)/res.RampSeconds, "conns/s (ramp)"
+			}
+			pc.rec.Server, pc.rec.Client = pc.samp.usage(0)
+			if pc.rec.Server != nil && res.Conns > 0 {
+				pc.rec.RSSKiB = pc.rec.Server.RSSKiB
+				pc.rec.RSSPerConnKiB = float64(pc.rec.RSSKiB-base) / float64(res.Conns)
+			}
+			switch heap, at := pc.srv.gcHeapMB.Load(), pc.srv.gcAtConn.Load(); {
+			case heap1 >= 0 && res.Conns > 0:
+				pc.rec.HeapPerConnKiB = float64(heap1-heap0) / 1024 / float64(res.Conns)
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("heap: %.1f MiB live before, %.1f MiB after (pprof, forced GC)",
+					float64(heap0)/(1<<20), float64(heap1)/(1<<20)))
+			case pc.srv.gcCount.Load() > 0 && at >= int64(n)/2 && heap >= 2:
+				pc.rec.HeapPerConnKiB = float64(heap) * 1024 / float64(at)
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("heap: %d MB live at the last GC with %d connections open (gctrace)", heap, at))
+			}
+			if res.Failed > 0 || res.ClosedByPeer > 0 {
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("%d connections failed, %d closed by the server", res.Failed, res.ClosedByPeer))
+			}
+			if err == nil && res.Conns < n {
+				err = fmt.Errorf("%d of %d connections established", res.Conns, n)
+			}
+			return err
+		}}
+}
+
+func (m matrix) w4Phase(subs int, peer string) phase {
+	rate := min(m.w4Deliveries/float64(subs), m.w4MaxRate)
+	return phase{workload: "W4", variant: fmt.Sprintf("%d subs", subs), peer: peer, window: m.measure,
+		params: map[string]any{"subscribers": subs, "publish_rate": rate, "event_bytes": m.w4EventSize,
+			"offered_deliveries": rate * float64(subs)},
+		budget: m.warmup + m.measure + time.Duration(subs)*200*time.Microsecond + 2*time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			res, err := load.RunFanout(ctx, load.FanoutConfig{Target: pc.target, Subscribers: subs, Topic: "bench",
+				Rate: rate, EventSize: m.w4EventSize, Warmup: m.warmup, Measure: m.measure, Hooks: pc.samp.hooks()})
+			pc.fill(res, "deliveries/s")
+			pc.rec.SendLag = res.SendLag
+			if res.Lost > 0 {
+				exp := float64(res.Published) * float64(res.Subscribers)
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("%d publishes in the window; %d of their %.0f deliveries (%.1f%%) never arrived",
+					res.Published, res.Lost, exp, 100*float64(res.Lost)/exp))
+			}
+			if res.ClosedByPeer > 0 {
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("%d subscriptions closed by the server (slow consumer)", res.ClosedByPeer))
+			}
+			return err
+		}}
+}
+
+func (m matrix) w5Phase() phase {
+	cfg := m.w5
+	return phase{workload: "W5", variant: fmt.Sprintf("%d conns", cfg.StormConns), peer: "edge", window: cfg.Storm,
+		params: map[string]any{"storm_conns": cfg.StormConns, "sleep_rate": cfg.Rate, "sleep_ms": cfg.SleepMs,
+			"cancel_fraction": cfg.CancelFraction, "cancel_within_ms": cfg.CancelWithin.Milliseconds(), "echo_conns": cfg.EchoConns,
+			"echo_rate": cfg.EchoRate},
+		budget: 2*m.warmup + cfg.Quiet + cfg.Storm + 3*time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			c := cfg
+			c.Target, c.EchoParams, c.Warmup, c.Hooks = pc.target, load.Params(16), m.warmup, pc.samp.hooks()
+			res, err := load.RunStorm(ctx, c)
+			pc.rec.Extra = res
+			pc.rec.Ops, pc.rec.Seconds = res.EchoStorm.Requests, res.EchoStorm.Seconds
+			pc.rec.Throughput, pc.rec.Unit = res.EchoStorm.Rate, "echo req/s (during storm)"
+			l := res.EchoStorm.Latency
+			pc.rec.Latency = &l
+			pc.rec.Errors = res.Errors + res.EchoStorm.Errors
+			pc.rec.Server, pc.rec.Client = pc.samp.usage(0)
+			if err == nil && res.Leaked != 0 {
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("LEAK: %d in-flight ids, %d tasks, %d subscriptions left after settling",
+					res.InFlightIDs, res.Tasks, res.Subscriptions))
+			}
+			if err == nil && res.StatsAnswered < res.StatsConns {
+				err = fmt.Errorf("edge/stats answered on %d of %d connections", res.StatsAnswered, res.StatsConns)
+			}
+			return err
+		}}
+}
+
+func (m matrix) w6Phase(peer string) phase {
+	return phase{workload: "W6", variant: fmt.Sprintf("%d workers", m.w6Workers), peer: peer, window: m.measure,
+		params: map[string]any{"workers": m.w6Workers},
+		budget: m.warmup + m.measure + 2*time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			res, err := load.RunChurn(ctx, load.ChurnConfig{Target: pc.target, Workers: m.w6Workers, Params: load.Params(16),
+				Warmup: m.warmup, Measure: m.measure, Hooks: pc.samp.hooks()})
+			pc.fill(res.Result, "upgrades/s")
+			pc.rec.Extra = res
+			if res.CloseTimeouts > 0 {
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("%d closing handshakes not completed by the server within 1 s", res.CloseTimeouts))
+			}
+			return err
+		}}
+}
+
+// w7Result is W7's extra: the large-message connection and the small-request
+// probe beside it (and alone, before).
+type w7Result struct {
+	Large      load.Result `json:"large"`
+	Small      load.Result `json:"small_during"`
+	SmallAlone load.Result `json:"small_alone"`
+	MBPerS     float64     `json:"mb_per_s"`
+}
+
+func (m matrix) w7Phase(v w7Variant, peer string) phase {
+	return phase{workload: "W7", variant: v.name(), peer: peer, window: m.measure,
+		params: map[string]any{"message_bytes": v.size, "fragment_bytes": v.frag, "conns": 1, "window": 1},
+		budget: 2*(m.warmup+m.measure) + 3*time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			d := pc.target.Dialect
+			sreq, soff := d.Echo(load.Params(16))
+			small := load.ClosedConfig{Target: pc.target, Conns: 1, Window: 1, Request: sreq, IDOff: soff,
+				Warmup: m.warmup, Measure: m.measure / 2}
+			var out w7Result
+			var err error
+			if out.SmallAlone, err = load.RunClosed(ctx, small); err != nil {
+				return fmt.Errorf("small alone: %w", err)
+			}
+			lreq, loff := load.EchoOfSize(d, v.size)
+			large := load.ClosedConfig{Target: pc.target, Conns: 1, Window: 1, Request: lreq, IDOff: loff, Frag: v.frag,
+				ReadBuf: 64 << 10, Warmup: m.warmup, Measure: m.measure, Hooks: pc.samp.hooks()}
+			small.Measure = m.measure
+			smallc := make(chan error, 1)
+			go func() {
+				var err error
+				out.Small, err = load.RunClosed(ctx, small)
+				smallc <- err
+			}()
+			out.Large, err = load.RunClosed(ctx, large)
+			serr := <-smallc
+			out.MBPerS = out.Large.Rate * float64(v.size) / (1 << 20)
+			pc.fill(out.Large, "msgs/s")
+			pc.rec.Extra = out
+			sl := out.Small.Latency
+			pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("small-request probe: p99 %.0f us, max %.0f us during; p99 %.0f us alone",
+				sl.P99, sl.Max, out.SmallAlone.Latency.P99))
+			if err == nil {
+				err = serr
+			}
+			return err
+		}}
+}
+
+// fill copies a load.Result and the window's resource use into the record.
+func (pc *phaseCtx) fill(res load.Result, unit string) {
+	r := pc.rec
+	r.Ops, r.Seconds, r.Errors = res.Requests, res.Seconds, res.Errors
+	r.Throughput, r.Unit = res.Rate, unit
+	if res.Latency.Count > 0 {
+		l := res.Latency
+		r.Latency = &l
+	}
+	if r.Extra == nil {
+		r.Extra = res
+	}
+	r.Server, r.Client = pc.samp.usage(res.Requests)
+	if res.Unmatched > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d replies matched no request in flight", res.Unmatched))
+	}
+	if res.Errors > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d error replies", res.Errors))
+	}
+}
+
+// parseList splits a comma-separated flag value; "all" or "" gives all.
+func parseList(s string, all []string) ([]string, error) {
+	if s == "" || s == "all" {
+		return all, nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(all, f) {
+			return nil, fmt.Errorf("unknown %q (want some of %s)", f, strings.Join(all, ","))
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -1,0 +1,140 @@
+package load
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRunClosed(t *testing.T) {
+	tests := []struct {
+		name          string
+		raw           bool
+		d             Dialect
+		conns, window int
+		size, frag    int
+	}{
+		{name: "jsonrpc w1", d: JSONRPC{}, conns: 4, window: 1, size: 16},
+		{name: "jsonrpc pipelined", d: JSONRPC{}, conns: 2, window: 32, size: 1024},
+		{name: "raw", raw: true, d: Raw{}, conns: 2, window: 8, size: 16},
+		{name: "1MiB fragmented", d: JSONRPC{}, conns: 1, window: 1, size: 1 << 20, frag: 64 << 10},
+		{name: "64KiB raw", raw: true, d: Raw{}, conns: 1, window: 2, size: 64 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startTestServer(t, tt.raw)
+			req, off := EchoOfSize(tt.d, tt.size)
+			var hooks [2]int64
+			measure := 300 * time.Millisecond
+			if tt.size > 64<<10 {
+				measure = 2 * time.Second // slow under the race detector
+			}
+			res, err := RunClosed(testCtx(t), ClosedConfig{
+				Target: srv.target(tt.d), Conns: tt.conns, Window: tt.window,
+				Request: req, IDOff: off, Frag: tt.frag,
+				Warmup: 50 * time.Millisecond, Measure: measure,
+				Hooks: Hooks{OnStart: func() { hooks[0] = Now() }, OnEnd: func() { hooks[1] = Now() }},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Requests == 0 || res.Errors != 0 || res.Unmatched != 0 {
+				t.Fatalf("result %+v", res)
+			}
+			if res.Latency.Count != res.Requests || res.Latency.P50 <= 0 {
+				t.Fatalf("latency %+v for %d requests", res.Latency, res.Requests)
+			}
+			if hooks[0] == 0 || hooks[1]-hooks[0] < int64(measure)*8/10 {
+				t.Fatalf("hooks at %v", hooks)
+			}
+		})
+	}
+}
+
+func TestRunClosedErrors(t *testing.T) {
+	srv := startTestServer(t, false)
+	req, off := JSONRPC{}.Call("no/such", []byte(`{}`))
+	res, err := RunClosed(testCtx(t), ClosedConfig{Target: srv.target(JSONRPC{}), Conns: 1, Window: 4,
+		Request: req, IDOff: off, Measure: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors == 0 || res.Errors < res.Requests {
+		t.Fatalf("want every reply counted as an error: %+v", res)
+	}
+}
+
+func TestRunOpen(t *testing.T) {
+	srv := startTestServer(t, false)
+	req, off := JSONRPC{}.Echo(Params(16))
+	res, err := RunOpen(testCtx(t), OpenConfig{Target: srv.target(JSONRPC{}), Conns: 20, Rate: 2000,
+		Request: req, IDOff: off, Warmup: 50 * time.Millisecond, Measure: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests < 800 || res.Requests > 1200 || res.Errors != 0 || res.Unmatched != 0 {
+		t.Fatalf("want about 1000 replies at 2000/s for 0.5 s: %+v", res)
+	}
+	if res.SendLag == nil || res.SendLag.Count == 0 {
+		t.Fatalf("no send lag recorded: %+v", res)
+	}
+}
+
+func TestRunFanout(t *testing.T) {
+	srv := startTestServer(t, false)
+	res, err := RunFanout(testCtx(t), FanoutConfig{Target: srv.target(JSONRPC{}), Subscribers: 20, Topic: "bench",
+		Rate: 200, EventSize: 128, Warmup: 50 * time.Millisecond, Measure: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100 publishes x 20 subscribers, give or take the window's edges.
+	if res.Deliveries < 1600 || res.Deliveries > 2400 || res.Published < 90 || res.Latency.Count != res.Deliveries {
+		t.Fatalf("result %+v", res)
+	}
+	if _, err := RunFanout(testCtx(t), FanoutConfig{Target: srv.target(Raw{}), Subscribers: 1, Rate: 1}); err != ErrNotSupported {
+		t.Fatalf("raw fan-out: err = %v", err)
+	}
+}
+
+func TestRunChurn(t *testing.T) {
+	srv := startTestServer(t, false)
+	res, err := RunChurn(testCtx(t), ChurnConfig{Target: srv.target(JSONRPC{}), Workers: 4, Params: Params(16),
+		Warmup: 50 * time.Millisecond, Measure: 300 * time.Millisecond, CloseWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests == 0 || res.Errors != 0 || res.DialErrors != 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestRunIdle(t *testing.T) {
+	srv := startTestServer(t, false)
+	started := false
+	res, err := RunIdle(testCtx(t), IdleConfig{Target: srv.target(JSONRPC{}), Conns: 200, Hold: 100 * time.Millisecond,
+		Hooks: Hooks{OnStart: func() { started = true }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Conns != 200 || res.Failed != 0 || res.ClosedByPeer != 0 || !started {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestRunStorm(t *testing.T) {
+	srv := startTestServer(t, false)
+	res, err := RunStorm(testCtx(t), StormConfig{Target: srv.target(JSONRPC{}), StormConns: 20, Rate: 2000, SleepMs: 50,
+		CancelFraction: 0.9, CancelWithin: 5 * time.Millisecond, EchoConns: 2, EchoRate: 500, EchoParams: Params(16),
+		Warmup: 50 * time.Millisecond, Quiet: 200 * time.Millisecond, Storm: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sleeps == 0 || res.Cancels == 0 || res.Answered == 0 || res.Unanswered != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if res.StatsAnswered != 22 || res.Leaked != 0 {
+		t.Fatalf("stats: %+v", res)
+	}
+	if res.EchoQuiet.Requests == 0 || res.EchoStorm.Requests == 0 {
+		t.Fatalf("echo: %+v", res)
+	}
+}

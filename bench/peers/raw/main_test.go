@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// start runs the peer on 127.0.0.1:0 and returns its address; the peer is
+// stopped (and must return nil) when the test ends.
+func start(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--listen", "127.0.0.1:0"}, pw, io.Discard) }()
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(pr).ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, pr) // anything more on stdout is a failure below
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-done:
+		t.Fatalf("run returned before listening: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no listening line within 10s")
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "listening ")
+	if !ok || addr == "" {
+		t.Fatalf("first stdout line %q, want \"listening <host:port>\"", line)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("run did not return within 10s of cancel")
+		}
+		pw.Close()
+	})
+	return addr
+}
+
+func dial(t *testing.T, addr string) *websocket.Conn {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	ws, _, err := d.Dial("ws://"+addr+"/", nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+func send(t *testing.T, ws *websocket.Conn, msg string) {
+	t.Helper()
+	ws.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		t.Fatalf("write %s: %v", msg, err)
+	}
+}
+
+func expect(t *testing.T, ws *websocket.Conn, want string) {
+	t.Helper()
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	typ, got, err := ws.ReadMessage()
+	if err != nil {
+		t.Fatalf("read, want %s: %v", want, err)
+	}
+	if typ != websocket.TextMessage || string(got) != want {
+		t.Fatalf("got (%d) %s\nwant %s", typ, got, want)
+	}
+}
+
+func TestEcho(t *testing.T) {
+	addr := start(t)
+	ws := dial(t, addr)
+	// Not JSON-RPC: any text comes back unchanged.
+	for _, msg := range []string{`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{"a": [1, 2.50]}}`, "plain text"} {
+		send(t, ws, msg)
+		expect(t, ws, msg)
+	}
+}
