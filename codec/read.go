@@ -163,11 +163,16 @@ func (r *Reader) Next(b []byte) (ev Event, consumed int, err error) {
 // minGrow is the smallest capacity the reassembly buffer grows by.
 const minGrow = 4096
 
-// grow makes room in buf for n more bytes that arrived. It reserves up to the
-// rest of the current frame, but never more than what has arrived so far doubled
-// (or minGrow): the declared length is the peer's word, not memory it has spent.
+// grow makes room in buf for n more bytes that arrived. It doubles what has
+// arrived (at least minGrow), so a message reassembled from many fragments is
+// copied O(1) times per byte, but it never reserves more than twice what
+// arrived, nor past the message limit: the declared length is the peer's
+// word, not memory it has spent.
 func (r *Reader) grow(n int) {
-	extra := min(r.remaining, int64(max(len(r.buf)+n, minGrow)))
+	extra := int64(max(len(r.buf)+n, minGrow))
+	if limit := r.maxMessage() - int64(len(r.buf)); extra > limit {
+		extra = max(limit, int64(n))
+	}
 	r.buf = slices.Grow(r.buf, int(extra))
 }
 
