@@ -481,21 +481,21 @@ func (h *harness) checkInvariants() {
 		if len(inList) != s.active.n {
 			h.fatalf("conn %d: slot list holds %d tasks, counter says %d", ci, len(inList), s.active.n)
 		}
-		for k, t := range s.inflight {
+		s.inflight.each(func(k idKey, t *Task) {
 			switch {
 			case t.key != k:
-				h.fatalf("conn %d: in-flight entry %q holds a task keyed %q", ci, k, t.key)
+				h.fatalf("conn %d: in-flight entry %+v holds a task keyed %+v", ci, k, t.key)
 			case !inList[t]:
 				h.fatalf("conn %d: in-flight id %s has no slot (its worker already returned)", ci, t.id)
 			case t.cancelled:
 				h.fatalf("conn %d: in-flight id %s belongs to a cancelled task", ci, t.id)
 			}
+		})
+		if s.closed && s.inflight.len() > 0 {
+			h.fatalf("conn %d: closed session keeps %d in-flight ids", ci, s.inflight.len())
 		}
-		if s.closed && len(s.inflight) > 0 {
-			h.fatalf("conn %d: closed session keeps %d in-flight ids", ci, len(s.inflight))
-		}
-		if len(s.inflight) > s.active.n || s.active.n > maxTasks {
-			h.fatalf("conn %d: inFlightIds %d, tasks %d, MaxConnTasks %d", ci, len(s.inflight), s.active.n, maxTasks)
+		if s.inflight.len() > s.active.n || s.active.n > maxTasks {
+			h.fatalf("conn %d: inFlightIds %d, tasks %d, MaxConnTasks %d", ci, s.inflight.len(), s.active.n, maxTasks)
 		}
 	}
 }

@@ -55,10 +55,10 @@ type Session struct {
 	sink      Sink      // immutable after NewSession
 	post      Poster    // immutable after NewSession
 
-	inflight map[string]*Task // loop-owned: tracked requests holding their id; lazily made
-	active   taskList         // loop-owned: dispatched tasks holding a slot, until their worker returns
-	gen      uint64           // loop-owned: generation of the last dispatched task
-	closed   bool             // loop-owned
+	inflight idTable  // loop-owned: tracked requests holding their id
+	active   taskList // loop-owned: dispatched tasks holding a slot, until their worker returns
+	gen      uint64   // loop-owned: generation of the last dispatched task
+	closed   bool     // loop-owned
 
 	subs    map[string]*subscription // loop-owned: subscriptions not ended, by id; lazily made
 	nextSub uint64                   // loop-owned: last subscription number
@@ -85,7 +85,7 @@ type Stats struct {
 
 // Stats returns the session's bookkeeping counts. Must be called on the loop.
 func (s *Session) Stats() Stats {
-	return Stats{InFlightIDs: len(s.inflight), Tasks: s.active.n, Subscriptions: len(s.subs)}
+	return Stats{InFlightIDs: s.inflight.len(), Tasks: s.active.n, Subscriptions: len(s.subs)}
 }
 
 // Busy reports whether the session has work other than live subscriptions:
@@ -142,7 +142,7 @@ func (s *Session) nullError(code codec.Code, message string) {
 func (s *Session) request(env *codec.Envelope, tracked bool) {
 	if tracked {
 		s.key = codec.IDKey(s.key[:0], env.IDKind, env.ID)
-		if _, dup := s.inflight[string(s.key)]; dup {
+		if _, dup := s.inflight.lookup(env.IDKind, s.key); dup {
 			s.sendError(env.ID, codec.CodeInvalidRequest, "Invalid Request", "DUPLICATE_REQUEST_ID", nil)
 			return
 		}
@@ -194,11 +194,8 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
 	n := len(env.ID)
 	t.id, t.params = t.tb.b[:n:n], t.tb.b[n:]
 	if tracked {
-		t.key = string(s.key)
-		if s.inflight == nil {
-			s.inflight = make(map[string]*Task)
-		}
-		s.inflight[t.key] = t
+		t.key = makeKey(env.IDKind, s.key)
+		s.inflight.put(t.key, t)
 	}
 	if m.Kind == Subscription {
 		s.newSubscription(t)
@@ -225,15 +222,15 @@ func (s *Session) Complete(t *Task) {
 		s.srv.freeTask(t)
 		return
 	}
-	if t.key != "" {
-		cur, ok := s.inflight[t.key]
+	if t.key.tracked() {
+		cur, ok := s.inflight.get(t.key)
 		if !ok || cur.gen != t.gen {
 			s.srv.freeTask(t)
 			return // stale: not ours any more
 		}
 		// The id is released just before the response is written, so a client
 		// that sees the response may reuse it at once (CONTRACT.md section 3.3).
-		delete(s.inflight, t.key)
+		s.inflight.del(t.key)
 	}
 	if t.err != nil {
 		code, msg, dataCode, details := errorFields(t.err)
@@ -250,11 +247,11 @@ func (s *Session) Complete(t *Task) {
 // the worker returns. Unknown ids are a silent no-op.
 func (s *Session) cancel(kind codec.IDKind, id []byte) {
 	s.key = codec.IDKey(s.key[:0], kind, id)
-	t, ok := s.inflight[string(s.key)]
+	t, ok := s.inflight.lookup(kind, s.key)
 	if !ok || t.sub != nil {
 		return // unknown, completed, or establishing a subscription: no-op
 	}
-	delete(s.inflight, t.key)
+	s.inflight.del(t.key)
 	t.cancelled = true
 	t.ctx.cancel()
 	if s.srv.cfg.CancelReply == CancelReplyError {
@@ -279,7 +276,7 @@ func (s *Session) Close() {
 			s.answered(t.sub)
 		}
 	}
-	s.inflight, s.subs, s.blocked = nil, nil, nil
+	s.inflight, s.subs, s.blocked = idTable{}, nil, nil
 	s.buf, s.key, s.name = nil, nil, nil
 }
 

@@ -247,11 +247,11 @@ func (s *Session) established(sub *subscription, result []byte) {
 
 // releaseID frees the id of t if t still owns it.
 func (s *Session) releaseID(t *Task) bool {
-	if t.key == "" {
+	if !t.key.tracked() {
 		return true
 	}
-	if cur, ok := s.inflight[t.key]; ok && cur.gen == t.gen {
-		delete(s.inflight, t.key)
+	if cur, ok := s.inflight.get(t.key); ok && cur.gen == t.gen {
+		s.inflight.del(t.key)
 		return true
 	}
 	return false

@@ -13,7 +13,7 @@ import (
 type Task struct {
 	sess   *Session // immutable after dispatch
 	gen    uint64   // immutable after dispatch: the request's generation
-	key    string   // immutable after dispatch: id identity key, "" if untracked
+	key    idKey    // immutable after dispatch: id identity, kind IDNone if untracked
 	id     []byte   // immutable after dispatch: raw id, echoed byte-exact
 	method *Method  // immutable after dispatch
 	params []byte   // immutable after dispatch: owned copy of the params
