@@ -7,6 +7,8 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/openengine/edge/codec"
 )
 
 // ProtocolVersion is the protocol the memory backend speaks.
@@ -127,7 +129,7 @@ func (m *Memory) gate(ctx context.Context, params, dst []byte) ([]byte, error) {
 		return dst, ctx.Err()
 	}
 	dst = append(dst, `{"name":`...)
-	dst, _ = appendJSONString(dst, name)
+	dst = codec.AppendQuote(dst, name)
 	return append(dst, '}'), nil
 }
 
@@ -172,9 +174,4 @@ func (m *Memory) Waiting(name string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.gates[name])
-}
-
-func appendJSONString(dst []byte, s string) ([]byte, error) {
-	b, err := json.Marshal(s)
-	return append(dst, b...), err
 }

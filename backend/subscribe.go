@@ -7,6 +7,8 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/openengine/edge/codec"
 )
 
 // Subscribe implements Subscriber: edge/ticks and watch (CONTRACT.md section 8).
@@ -31,7 +33,7 @@ func (m *Memory) Subscribe(ctx context.Context, method string, params []byte, s 
 func subscriptionResult(id, rest string) []byte {
 	b := make([]byte, 0, 32+len(id)+len(rest))
 	b = append(b, `{"subscriptionId":`...)
-	b, _ = appendJSONString(b, id)
+	b = codec.AppendQuote(b, id)
 	b = append(b, rest...)
 	return append(b, '}')
 }
