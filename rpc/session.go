@@ -99,9 +99,6 @@ func (s *Session) Busy() bool {
 	return false
 }
 
-// Closed reports whether Close was called. Must be called on the loop.
-func (s *Session) Closed() bool { return s.closed }
-
 // HandleMessage classifies one inbound message and acts on it (CONTRACT.md
 // sections 2-4). msg is valid only during the call. Must be called on the loop.
 func (s *Session) HandleMessage(msg []byte) {
