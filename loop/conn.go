@@ -120,15 +120,21 @@ func (w *conn) Send(msg []byte) {
 	if w.state != stateOpen {
 		return
 	}
+	if w.proto == protoWebSocket {
+		w.appendFrame(ws.OpText, msg)
+		return
+	}
+	w.out = append(append(w.output(), msg...), '\n')
+	w.l.markDirty(w)
+}
+
+// output returns the connection's output buffer for this turn, taking one
+// from the loop's spares on first use.
+func (w *conn) output() []byte {
 	if w.out == nil {
 		w.out = w.l.getBuf()
 	}
-	if w.proto == protoNDJSON {
-		w.out = append(append(w.out, msg...), '\n')
-	} else {
-		w.out = codec.AppendFrame(w.out, ws.OpText, msg)
-	}
-	w.l.markDirty(w)
+	return w.out
 }
 
 // Writable implements rpc.Sink: below the soft outbound cap.
@@ -146,10 +152,7 @@ func (w *conn) OutboundBytes() int {
 
 // appendFrame queues a control or data frame (WebSocket only).
 func (w *conn) appendFrame(op ws.OpCode, payload []byte) {
-	if w.out == nil {
-		w.out = w.l.getBuf()
-	}
-	w.out = codec.AppendFrame(w.out, op, payload)
+	w.out = codec.AppendFrame(w.output(), op, payload)
 	w.l.markDirty(w)
 }
 
@@ -237,9 +240,7 @@ func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 	if w.state != stateOpen {
 		return
 	}
-	if w.out == nil {
-		w.out = w.l.getBuf()
-	}
+	w.out = w.output()
 	if !keep {
 		w.out = w.out[:0]
 	}

@@ -50,10 +50,7 @@ func (w *conn) event(ev codec.Event) {
 		// Answer the peer's close by echoing its code (RFC 6455 section 5.5.1);
 		// then the server closes the TCP connection first (section 7.1.1).
 		// Queued output is discarded.
-		if w.out == nil {
-			w.out = w.l.getBuf()
-		}
-		w.out = w.out[:0]
+		w.out = w.output()[:0]
 		if ev.Code == ws.StatusNoStatusRcvd {
 			w.out = codec.AppendFrame(w.out, ws.OpClose, nil)
 		} else {

@@ -219,15 +219,11 @@ func (s *Session) Complete(t *Task) {
 		s.srv.freeTask(t)
 		return
 	}
-	if t.key.tracked() {
-		cur, ok := s.inflight.get(t.key)
-		if !ok || cur.gen != t.gen {
-			s.srv.freeTask(t)
-			return // stale: not ours any more
-		}
-		// The id is released just before the response is written, so a client
-		// that sees the response may reuse it at once (CONTRACT.md section 3.3).
-		s.inflight.del(t.key)
+	// The id is released just before the response is written, so a client
+	// that sees the response may reuse it at once (CONTRACT.md section 3.3).
+	if !s.releaseID(t) {
+		s.srv.freeTask(t)
+		return // stale: the id belongs to a newer request now
 	}
 	if t.err != nil {
 		code, msg, dataCode, details := errorFields(t.err)

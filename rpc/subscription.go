@@ -245,7 +245,8 @@ func (s *Session) established(sub *subscription, result []byte) {
 	}
 }
 
-// releaseID frees the id of t if t still owns it.
+// releaseID frees the id of t if t still owns it (same id, same generation)
+// and reports whether it did; an untracked request owns no id and always does.
 func (s *Session) releaseID(t *Task) bool {
 	if !t.key.tracked() {
 		return true
