@@ -22,7 +22,9 @@ type Job interface {
 // back to back by one worker, with one wake-up per burst instead of one per
 // job, and a job that blocks (a gate, a sleep) never holds up the jobs behind
 // it, since another worker is already awake to take them. Workers idle for
-// the idle timeout exit, so an idle gateway holds no worker goroutines.
+// the idle timeout exit, so an idle gateway holds no worker goroutines: one
+// reaper timer for the whole pool retires them, so that going to sleep costs
+// a worker a channel receive and no timer of its own.
 // Submit never blocks; queued plus running jobs are bounded by the cap that
 // callers take with TryAcquire.
 type Pool struct {
@@ -32,18 +34,21 @@ type Pool struct {
 	running atomic.Int64 // acquired slots
 
 	mu       sync.Mutex
-	queue    []Job     // guarded by mu: FIFO from qhead
-	qhead    int       // guarded by mu
-	awake    int       // guarded by mu: workers awake and not running a job
-	sleepers []*worker // guarded by mu: idle workers, most recent last
-	closed   bool      // guarded by mu
+	queue    []Job       // guarded by mu: FIFO from qhead
+	qhead    int         // guarded by mu
+	awake    int         // guarded by mu: workers awake and not running a job
+	sleepers []*worker   // guarded by mu: idle workers, most recent last
+	closed   bool        // guarded by mu
+	reaper   *time.Timer // guarded by mu: armed while there are sleepers
+	reaping  bool        // guarded by mu: reaper is armed
 
 	wg sync.WaitGroup
 }
 
 // worker is an idle worker's wake-up channel.
 type worker struct {
-	wake chan bool // buffered 1: true to work, false to exit
+	wake  chan bool // buffered 1: true to work, false to exit
+	since int64     // guarded by Pool.mu: when it went to sleep (monotonic ns)
 }
 
 // NewPool returns a pool admitting at most max concurrent jobs (max > 0).
@@ -118,8 +123,6 @@ func (p *Pool) start(w *worker) {
 // work is one worker goroutine. It starts counted as awake.
 func (p *Pool) work(w *worker) {
 	defer p.wg.Done()
-	timer := time.NewTimer(p.idle)
-	defer timer.Stop()
 	p.mu.Lock()
 	for {
 		if p.qhead == len(p.queue) {
@@ -129,9 +132,14 @@ func (p *Pool) work(w *worker) {
 				p.mu.Unlock()
 				return
 			}
+			w.since = nanotime()
 			p.sleepers = append(p.sleepers, w)
+			if !p.reaping {
+				p.reaping = true
+				p.armReaperLocked(p.idle)
+			}
 			p.mu.Unlock()
-			if !p.sleep(w, timer) {
+			if !<-w.wake {
 				return
 			}
 			p.mu.Lock()
@@ -152,28 +160,48 @@ func (p *Pool) work(w *worker) {
 	}
 }
 
-// sleep waits until w is woken (true) or told to exit, or the idle timeout
-// passes and w leaves the sleepers (false).
-func (p *Pool) sleep(w *worker, timer *time.Timer) bool {
-	timer.Reset(p.idle)
-	select {
-	case ok := <-w.wake:
-		return ok
-	case <-timer.C:
+// armReaperLocked runs reap after d. Called with mu held.
+func (p *Pool) armReaperLocked(d time.Duration) {
+	if p.reaper == nil {
+		p.reaper = time.AfterFunc(d, p.reap)
+		return
 	}
-	p.mu.Lock()
-	for i, s := range p.sleepers {
-		if s == w {
-			p.sleepers = append(p.sleepers[:i], p.sleepers[i+1:]...)
-			p.mu.Unlock()
-			return false
-		}
-	}
-	p.mu.Unlock()
-	// A waker took w from the sleepers just as the timer fired: its wake is
-	// on the way and w is already counted as awake.
-	return <-w.wake
+	p.reaper.Reset(d)
 }
+
+// reap retires the workers that have slept for the idle timeout and re-arms
+// itself for the next one while any sleep. Sleepers are ordered by the time
+// they went to sleep, so the ones to retire are at the front.
+func (p *Pool) reap() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		p.reaping = false
+		return
+	}
+	now := nanotime()
+	n := 0
+	for n < len(p.sleepers) && now-p.sleepers[n].since >= int64(p.idle) {
+		p.sleepers[n].wake <- false
+		n++
+	}
+	if n > 0 {
+		rest := copy(p.sleepers, p.sleepers[n:])
+		clear(p.sleepers[rest:])
+		p.sleepers = p.sleepers[:rest]
+	}
+	if len(p.sleepers) == 0 {
+		p.reaping = false
+		return
+	}
+	p.armReaperLocked(time.Duration(p.sleepers[0].since + int64(p.idle) - now))
+}
+
+// epoch is the origin of nanotime.
+var epoch = time.Now()
+
+// nanotime reads the monotonic clock.
+func nanotime() int64 { return int64(time.Since(epoch)) }
 
 // Close stops idle workers and waits until every worker has exited, which
 // includes waiting for queued and running jobs to finish. Jobs submitted
@@ -187,6 +215,9 @@ func (p *Pool) Close() {
 	p.closed = true
 	sleepers := p.sleepers
 	p.sleepers = nil
+	if p.reaper != nil {
+		p.reaper.Stop()
+	}
 	p.mu.Unlock()
 	for _, w := range sleepers {
 		w.wake <- false
