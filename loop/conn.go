@@ -31,6 +31,11 @@ const (
 	stateClosed
 )
 
+// trimAfter is how long a connection must have been quiet before the sweep
+// asks its session to release the memory it keeps for the next burst
+// (rpc.Session.Trim). Sweeps run about once a second, so this is approximate.
+const trimAfter = 2 * time.Second
+
 // proto is the binding a connection speaks.
 type proto uint8
 
@@ -99,6 +104,7 @@ type session interface {
 	HandleParseError()
 	Resume()
 	EndSubscriptions()
+	Trim()
 	Close()
 }
 
@@ -112,6 +118,7 @@ func (e echo) HandleMessage(msg []byte) { e.w.Send(msg) }
 func (e echo) HandleParseError()        {}
 func (e echo) Resume()                  {}
 func (e echo) EndSubscriptions()        {}
+func (e echo) Trim()                    {}
 func (e echo) Close()                   {}
 
 // Send implements rpc.Sink: it frames msg for this turn's write (one text
@@ -316,10 +323,13 @@ func (w *conn) tick(now time.Time) {
 			w.slowConsumer()
 			return
 		}
+		silent := now.Sub(w.lastRead)
+		if silent >= trimAfter {
+			w.sess.Trim()
+		}
 		if w.proto != protoWebSocket {
 			return
 		}
-		silent := now.Sub(w.lastRead)
 		switch {
 		case silent >= cfg.PingInterval+cfg.PongTimeout:
 			w.closeWith(ws.StatusGoingAway, "idle timeout")

@@ -2,8 +2,11 @@ package rpc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,5 +111,70 @@ func BenchmarkSessionStats(b *testing.B) {
 	b.StopTimer()
 	if sink.n == 0 {
 		b.Fatal("nothing sent")
+	}
+}
+
+// queuePoster collects completions the way an event loop does: workers append
+// under a mutex; the loop takes the whole queue at the end of its turn.
+type queuePoster struct {
+	mu    sync.Mutex
+	queue []Completion
+}
+
+func (p *queuePoster) Post(c Completion) {
+	p.mu.Lock()
+	p.queue = append(p.queue, c)
+	p.mu.Unlock()
+}
+
+// BenchmarkSessionEchoPipelined measures the session path of a turn that
+// brings 64 echo requests, as a pipelining client sends them: each is
+// classified and dispatched, the loop yields once so that the workers run
+// them, and the completions are applied. Reported per request. Run with
+// -cpu 1 to match the gateway's GOMAXPROCS=1 deployment in the bench suite.
+func BenchmarkSessionEchoPipelined(b *testing.B) {
+	pool := backend.NewPool(4096, time.Minute)
+	srv, err := NewServer(Config{
+		Handler: benchHandler{gate: make(chan struct{})},
+		Pool:    pool,
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	post := &queuePoster{}
+	sink := &countSink{}
+	s := srv.NewSession(WebSocket, sink, post)
+	const window = 64
+	msgs := make([][]byte, window)
+	for i := range msgs {
+		msgs[i] = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"edge/echo","params":{"p":"0123456789ab"}}`, 1000+i)
+	}
+	var spare []Completion
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msgs[0])))
+	for b.Loop() {
+		for _, m := range msgs {
+			s.HandleMessage(m)
+		}
+		for applied := 0; applied < window; {
+			runtime.Gosched()
+			post.mu.Lock()
+			q := post.queue
+			post.queue = spare[:0]
+			post.mu.Unlock()
+			for i, c := range q {
+				c.Apply()
+				q[i] = nil
+			}
+			applied += len(q)
+			spare = q[:0]
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*window), "ns/req")
+	if st := s.Stats(); st.InFlightIDs != 0 || st.Tasks != 0 || sink.n == 0 {
+		b.Fatalf("stats %+v, %d bytes sent", st, sink.n)
 	}
 }

@@ -290,9 +290,10 @@ func (c *conn) send(msg string) *call {
 	}
 	t := c.sess.active.head
 	if h.calls[t] != nil {
-		// The harness tells completions apart by *Task; so must the session,
-		// or a completion or ctx kept by mistake could reach a newer request.
-		h.fatalf("send %s: the session reused the *Task of an earlier request", msg)
+		// A Task may be reused only once its completion has been applied: a
+		// task still running or still queued for the loop must never be
+		// handed to a newer request.
+		h.fatalf("send %s: the session reused the *Task of a request not yet completed", msg)
 		return nil
 	}
 	var cl *call
@@ -393,7 +394,14 @@ func (h *harness) applyNext() *Task {
 	}
 	t := h.queue[0]
 	h.queue = h.queue[1:]
+	unary := t.sub == nil
 	t.Apply()
+	if unary {
+		// The session may now reuse t for a newer request, so the harness
+		// forgets it; reuse before this point is what send rejects.
+		delete(h.calls, t)
+		delete(h.posted, t)
+	}
 	h.checkInvariants()
 	return t
 }

@@ -16,9 +16,10 @@ type idKey struct {
 func (k idKey) tracked() bool { return k.kind != codec.IDNone }
 
 // idTable is a session's in-flight id set: tracked requests holding their id.
-// loop-owned. The maps are made lazily.
+// loop-owned. Integer ids live in an open-addressing table (intTable), string
+// ids in a map; both are made lazily.
 type idTable struct {
-	ints map[int64]*Task
+	ints intTable
 	strs map[string]*Task
 }
 
@@ -27,8 +28,8 @@ type idTable struct {
 // key. It does not allocate.
 func (tb *idTable) lookup(kind codec.IDKind, key []byte) (*Task, bool) {
 	if kind == codec.IDInt {
-		t, ok := tb.ints[parseCanonicalInt(key[1:])]
-		return t, ok
+		t := tb.ints.get(parseCanonicalInt(key[1:]))
+		return t, t != nil
 	}
 	t, ok := tb.strs[string(key[1:])]
 	return t, ok
@@ -46,19 +47,17 @@ func makeKey(kind codec.IDKind, key []byte) idKey {
 // get returns the task holding k.
 func (tb *idTable) get(k idKey) (*Task, bool) {
 	if k.kind == codec.IDInt {
-		t, ok := tb.ints[k.n]
-		return t, ok
+		t := tb.ints.get(k.n)
+		return t, t != nil
 	}
 	t, ok := tb.strs[k.s]
 	return t, ok
 }
 
+// put records that t holds k. t must not be nil.
 func (tb *idTable) put(k idKey, t *Task) {
 	if k.kind == codec.IDInt {
-		if tb.ints == nil {
-			tb.ints = make(map[int64]*Task)
-		}
-		tb.ints[k.n] = t
+		tb.ints.put(k.n, t)
 		return
 	}
 	if tb.strs == nil {
@@ -69,21 +68,122 @@ func (tb *idTable) put(k idKey, t *Task) {
 
 func (tb *idTable) del(k idKey) {
 	if k.kind == codec.IDInt {
-		delete(tb.ints, k.n)
+		tb.ints.del(k.n)
 	} else {
 		delete(tb.strs, k.s)
 	}
 }
 
-func (tb *idTable) len() int { return len(tb.ints) + len(tb.strs) }
+func (tb *idTable) len() int { return tb.ints.n + len(tb.strs) }
 
 // each calls f for every entry.
 func (tb *idTable) each(f func(idKey, *Task)) {
-	for n, t := range tb.ints {
-		f(idKey{kind: codec.IDInt, n: n}, t)
+	for i, t := range tb.ints.vals {
+		if t != nil {
+			f(idKey{kind: codec.IDInt, n: tb.ints.keys[i]}, t)
+		}
 	}
 	for s, t := range tb.strs {
 		f(idKey{kind: codec.IDString, s: s}, t)
+	}
+}
+
+// intTable maps int64 ids to tasks with open addressing, linear probing and
+// backward-shift deletion (no tombstones). A session holds at most
+// MaxConnTasks ids, so the table stays small and is kept at most half full;
+// it costs a few dozen instructions per operation where the runtime map,
+// built for arbitrary sizes, costs several times that on the request path.
+// It keeps its size while requests come and go (a pipelining client empties
+// and refills it all the time); trim releases it once the connection is idle.
+type intTable struct {
+	keys []int64
+	vals []*Task // nil: empty slot
+	n    int
+}
+
+const intTableMin = 16 // slots of a new table; a power of two
+
+// slot returns the home slot of k: Fibonacci hashing of the id, so that
+// sequential ids, the common case, spread over the table.
+func (m *intTable) slot(k int64) int {
+	return int((uint64(k) * 0x9E3779B97F4A7C15) >> 32 & uint64(len(m.vals)-1))
+}
+
+func (m *intTable) get(k int64) *Task {
+	if m.n == 0 {
+		return nil
+	}
+	mask := len(m.vals) - 1
+	for i := m.slot(k); ; i = (i + 1) & mask {
+		t := m.vals[i]
+		if t == nil || m.keys[i] == k {
+			return t
+		}
+	}
+}
+
+func (m *intTable) put(k int64, t *Task) {
+	if 2*(m.n+1) > len(m.vals) {
+		m.grow()
+	}
+	mask := len(m.vals) - 1
+	for i := m.slot(k); ; i = (i + 1) & mask {
+		if m.vals[i] == nil {
+			m.keys[i], m.vals[i] = k, t
+			m.n++
+			return
+		}
+		if m.keys[i] == k {
+			m.vals[i] = t
+			return
+		}
+	}
+}
+
+func (m *intTable) del(k int64) {
+	if m.n == 0 {
+		return
+	}
+	mask := len(m.vals) - 1
+	i := m.slot(k)
+	for {
+		if m.vals[i] == nil {
+			return // absent
+		}
+		if m.keys[i] == k {
+			break
+		}
+		i = (i + 1) & mask
+	}
+	m.n--
+	// Backward-shift: move later entries of the probe run into the hole when
+	// their home slot does not lie cyclically in (hole, j].
+	for j := (i + 1) & mask; m.vals[j] != nil; j = (j + 1) & mask {
+		h := m.slot(m.keys[j])
+		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
+			m.keys[i], m.vals[i] = m.keys[j], m.vals[j]
+			i = j
+		}
+	}
+	m.keys[i], m.vals[i] = 0, nil
+}
+
+// trim releases the table's memory if it holds no entry.
+func (m *intTable) trim() {
+	if m.n == 0 {
+		*m = intTable{}
+	}
+}
+
+// grow doubles the table (or makes the first one) and re-inserts every entry.
+func (m *intTable) grow() {
+	keys, vals := m.keys, m.vals
+	size := max(intTableMin, 2*len(vals))
+	m.keys, m.vals, m.n = make([]int64, size), make([]*Task, size), 0
+	for i, t := range vals {
+		if t != nil {
+			m.put(keys[i], t)
+		}
 	}
 }
 

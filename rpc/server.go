@@ -108,7 +108,7 @@ type Server struct {
 	unary      atomic.Int64 // unary backend calls running (not subscription producers)
 	// establishing counts subscription requests not yet answered.
 	establishing atomic.Int64
-	bufs         sync.Pool // free *taskBuf, see newTask
+	tasks        sync.Pool // free unary *Task, see newTask
 }
 
 // NewServer validates cfg, fills defaults and returns a Server.

@@ -64,6 +64,8 @@ type Session struct {
 	nextSub uint64                   // loop-owned: last subscription number
 	blocked []*subscription          // loop-owned: live subscriptions with events held back
 
+	lastMethod *Method // loop-owned: the method of the last admitted request
+
 	buf  []byte // loop-owned scratch: encoded message
 	key  []byte // loop-owned scratch: id identity key
 	name []byte // loop-owned scratch: unescaped method name
@@ -158,7 +160,14 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 	}
 	var m *Method
 	if name := env.MethodName(s.name); name != nil {
-		m = s.srv.cfg.Registry.Lookup(name)
+		// Clients tend to call the same method again: one comparison
+		// instead of a map lookup.
+		if m = s.lastMethod; m == nil || m.Name != string(name) {
+			m = s.srv.cfg.Registry.Lookup(name)
+			if m != nil {
+				s.lastMethod = m
+			}
+		}
 	}
 	if m == nil || (m.Kind == Subscription && (!tracked || s.srv.subscriber == nil)) {
 		s.sendError(env.ID, codec.CodeMethodNotFound, "Method not found", "", nil)
@@ -187,9 +196,9 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
 	s.gen++
 	t := s.srv.newTask()
 	t.sess, t.gen, t.method = s, s.gen, m
-	t.tb.b = append(append(t.tb.b[:0], env.ID...), env.Params...)
+	t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
 	n := len(env.ID)
-	t.id, t.params = t.tb.b[:n:n], t.tb.b[n:]
+	t.id, t.params = t.buf[:n:n], t.buf[n:]
 	if tracked {
 		t.key = makeKey(env.IDKind, s.key)
 		s.inflight.put(t.key, t)
@@ -271,6 +280,27 @@ func (s *Session) Close() {
 	}
 	s.inflight, s.subs, s.blocked = idTable{}, nil, nil
 	s.buf, s.key, s.name = nil, nil, nil
+}
+
+// Trim releases memory the session keeps for the next burst of requests: the
+// id table when no id is in flight, and scratch buffers grown by a large
+// message. The transport calls it once the connection has been quiet for a
+// while, so idle connections hold only what they need. Must be called on the loop.
+func (s *Session) Trim() {
+	s.inflight.ints.trim()
+	if len(s.inflight.strs) == 0 {
+		s.inflight.strs = nil
+	}
+	const keep = 4 << 10
+	if cap(s.buf) > keep {
+		s.buf = nil
+	}
+	if cap(s.key) > keep {
+		s.key = nil
+	}
+	if cap(s.name) > keep {
+		s.name = nil
+	}
 }
 
 // stats answers edge/stats inline with this connection's bookkeeping, not

@@ -740,3 +740,36 @@ func TestLoadOpenRPCSeed(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimReleasesIdleMemoryOnly: Trim keeps the id table while any id is in
+// flight, so a trimmed session still knows its requests, and releases it
+// once the session holds no id.
+func TestTrimReleasesIdleMemoryOnly(t *testing.T) {
+	trim := func(wantTable bool) step {
+		return step{fmt.Sprintf("trim (table kept: %v)", wantTable), func(h *harness) {
+			h.t.Helper()
+			s := h.conns[0].sess
+			s.Trim()
+			if got := s.inflight.ints.vals != nil; got != wantTable {
+				h.fatalf("after Trim the id table is held: %v, want %v", got, wantTable)
+			}
+		}}
+	}
+	var steps []step
+	for i := range 20 {
+		steps = append(steps, send(req(fmt.Sprint(100+i), "get", `{}`)), backendBlock(fmt.Sprint("b", i)))
+	}
+	steps = append(steps,
+		trim(true),
+		send(req("105", "get", `{}`)),
+		expectReply(duplicateReply("105")),
+	)
+	for i := range 20 {
+		steps = append(steps, backendRelease(fmt.Sprint("b", i), `1`), applyNext(),
+			expectReply(resultReply(fmt.Sprint(100+i), `1`)))
+	}
+	steps = append(steps, expectStats(0, 0), trim(false),
+		send(req("105", "edge/echo", `{"a":1}`)), backendReturned("again"), applyNext(),
+		expectReply(resultReply("105", `{"a":1}`)))
+	runScript(t, opts{}, steps...)
+}

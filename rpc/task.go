@@ -17,7 +17,10 @@ type Task struct {
 	id     []byte   // immutable after dispatch: raw id, echoed byte-exact
 	method *Method  // immutable after dispatch
 	params []byte   // immutable after dispatch: owned copy of the params
-	tb     *taskBuf // immutable after dispatch until freed: the task's buffers
+
+	// buf holds id and params; res is the buffer the handler appends its
+	// result to. Both are kept when the task is reused.
+	buf, res []byte
 
 	ctx reqCtx // cancelled by the loop, read by the worker
 
@@ -30,37 +33,36 @@ type Task struct {
 	prev, next *Task // loop-owned: Session.active links
 }
 
-// taskBuf is the reusable memory of a unary task: the id and params it owns
-// and the result buffer its handler appends to.
-type taskBuf struct {
-	b, result []byte
-}
-
-// newTask returns a Task with buffers from the server's free list. The Task
-// itself is never reused, so a completion or a context kept by mistake can
-// never reach another request; only its byte buffers are, once its
-// completion has been applied and nothing refers to them any more.
+// newTask returns an empty Task from the server's free list. A unary task
+// is reused once its completion has been applied: by then its worker has
+// posted it and returned (Run touches nothing of it after Post), and the
+// session has dropped it from its id table and slot list, so nothing in the
+// gateway refers to it. Its generation, not its address, is what identifies
+// a request. Subscription tasks are never reused: the subscription outlives
+// the completion. Handlers must not keep ctx after Call returns (Handler).
 func (srv *Server) newTask() *Task {
-	tb, ok := srv.bufs.Get().(*taskBuf)
-	if !ok {
-		tb = &taskBuf{}
+	if t, ok := srv.tasks.Get().(*Task); ok {
+		return t
 	}
-	return &Task{tb: tb}
+	return &Task{}
 }
 
-// freeTask returns t's buffers to the free list. Subscription tasks keep
-// theirs: the subscription may outlive the completion.
+// freeTask returns t to the free list, keeping its buffers unless a huge
+// request grew them. Must be called on the loop, after Complete has applied t.
 func (srv *Server) freeTask(t *Task) {
-	tb := t.tb
-	if tb == nil || t.sub != nil {
+	if t.sub != nil {
 		return
 	}
-	t.tb, t.id, t.params, t.result = nil, nil, nil, nil
 	const maxKeep = 64 << 10 // do not keep the buffers of huge requests alive
-	if cap(tb.b) > maxKeep || cap(tb.result) > maxKeep {
-		return
+	buf, res := t.buf[:0], t.res[:0]
+	if cap(buf) > maxKeep {
+		buf = nil
 	}
-	srv.bufs.Put(tb)
+	if cap(res) > maxKeep {
+		res = nil
+	}
+	*t = Task{buf: buf, res: res}
+	srv.tasks.Put(t)
 }
 
 // Session returns the session the task belongs to. Safe for concurrent use.
@@ -102,9 +104,9 @@ func (t *Task) call() (res []byte, err error) {
 	if t.sub != nil {
 		return nil, t.sess.srv.subscriber.Subscribe(&t.ctx, t.method.Name, t.params, &t.sub.st)
 	}
-	res, err = t.sess.srv.cfg.Handler.Call(&t.ctx, t.method.Name, t.params, t.tb.result[:0])
-	if cap(res) > cap(t.tb.result) && len(res) > 0 {
-		t.tb.result = res[:0] // keep a grown buffer for the next request
+	res, err = t.sess.srv.cfg.Handler.Call(&t.ctx, t.method.Name, t.params, t.res[:0])
+	if cap(res) > cap(t.res) && len(res) > 0 {
+		t.res = res[:0] // keep a grown buffer for the next request
 	}
 	return res, err
 }

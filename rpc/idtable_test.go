@@ -1,0 +1,122 @@
+package rpc
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestIntTableMatchesMap drives intTable and a map with the same random puts,
+// deletes and lookups over a small key space (so probe runs collide, wrap
+// around the end of the table and are shifted back by deletes) and checks
+// they agree after every step, including the entry count and iteration.
+func TestIntTableMatchesMap(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var m intTable
+		want := map[int64]*Task{}
+		tasks := make([]*Task, 8)
+		for i := range tasks {
+			tasks[i] = &Task{}
+		}
+		// Keys from a narrow range plus a few extremes.
+		key := rapid.OneOf(rapid.Int64Range(-40, 40), rapid.SampledFrom([]int64{-1 << 63, 1<<63 - 1, 1 << 32, 3 << 40}))
+		steps := rapid.IntRange(1, 400).Draw(rt, "steps")
+		for range steps {
+			k := key.Draw(rt, "key")
+			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			case 0:
+				v := rapid.SampledFrom(tasks).Draw(rt, "task")
+				m.put(k, v)
+				want[k] = v
+			case 1:
+				m.del(k)
+				delete(want, k)
+			}
+			if got := m.get(k); got != want[k] {
+				rt.Fatalf("get(%d) = %p, want %p", k, got, want[k])
+			}
+			if m.n != len(want) {
+				rt.Fatalf("n = %d, want %d", m.n, len(want))
+			}
+			seen := 0
+			for i, v := range m.vals {
+				if v == nil {
+					continue
+				}
+				seen++
+				if want[m.keys[i]] != v {
+					rt.Fatalf("slot %d holds %d -> %p, want %p", i, m.keys[i], v, want[m.keys[i]])
+				}
+			}
+			if seen != len(want) {
+				rt.Fatalf("%d occupied slots, want %d", seen, len(want))
+			}
+			if len(m.vals) != 0 && 2*m.n > len(m.vals) {
+				rt.Fatalf("%d entries in %d slots: over half full", m.n, len(m.vals))
+			}
+		}
+		for k, v := range want {
+			if got := m.get(k); got != v {
+				rt.Fatalf("final get(%d) = %p, want %p", k, got, v)
+			}
+		}
+	})
+}
+
+// TestIntTableKeepsSlotsUntilTrimmed checks that a table that grew for a
+// burst keeps its slots while it empties and refills (no reallocation per
+// burst) and gives them back on trim once empty, so an idle connection holds
+// no table.
+func TestIntTableKeepsSlotsUntilTrimmed(t *testing.T) {
+	var m intTable
+	task := &Task{}
+	for k := range int64(200) {
+		m.put(k, task)
+	}
+	slots := len(m.vals)
+	if slots < 400 {
+		t.Fatalf("%d slots for 200 entries, want at least 400", slots)
+	}
+	m.put(7, task)
+	m.trim() // not empty: kept
+	if len(m.vals) != slots || m.get(7) != task {
+		t.Fatalf("trim of a non-empty table: %d slots, get(7) = %p", len(m.vals), m.get(7))
+	}
+	for k := range int64(200) {
+		m.del(k)
+	}
+	if len(m.vals) != slots || m.n != 0 {
+		t.Fatalf("emptied table: %d slots (want %d kept), n=%d", len(m.vals), slots, m.n)
+	}
+	m.trim()
+	if m.vals != nil || m.keys != nil || m.n != 0 {
+		t.Fatalf("trimmed empty table still holds %d slots (n=%d)", len(m.vals), m.n)
+	}
+	if m.get(5) != nil {
+		t.Fatal("get on a trimmed table found an entry")
+	}
+	m.put(5, task)
+	if m.get(5) != task {
+		t.Fatal("a trimmed table does not take entries again")
+	}
+}
+
+// BenchmarkIntTable measures the id table's round trip of one request:
+// duplicate check, insert, release.
+func BenchmarkIntTable(b *testing.B) {
+	var m intTable
+	task := &Task{}
+	for k := range int64(64) {
+		m.put(k, task)
+	}
+	b.ReportAllocs()
+	k := int64(64)
+	for b.Loop() {
+		if m.get(k) != nil {
+			b.Fatal("duplicate")
+		}
+		m.put(k, task)
+		m.del(k - 64)
+		k++
+	}
+}
