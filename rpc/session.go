@@ -65,6 +65,7 @@ type Session struct {
 	blocked []*subscription          // loop-owned: live subscriptions with events held back
 
 	lastMethod *Method // loop-owned: the method of the last admitted request
+	free       []*Task // loop-owned: unary tasks ready for reuse, see newTask
 
 	buf  []byte // loop-owned scratch: encoded message
 	key  []byte // loop-owned scratch: id identity key
@@ -194,7 +195,7 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 // slot; the task takes a connection slot and, if tracked, its id.
 func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
 	s.gen++
-	t := s.srv.newTask()
+	t := s.newTask()
 	t.sess, t.gen, t.method = s, s.gen, m
 	t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
 	n := len(env.ID)
@@ -225,13 +226,13 @@ func (s *Session) Complete(t *Task) {
 	}
 	s.active.remove(t)
 	if s.closed || t.cancelled {
-		s.srv.freeTask(t)
+		s.freeTask(t)
 		return
 	}
 	// The id is released just before the response is written, so a client
 	// that sees the response may reuse it at once (CONTRACT.md section 3.3).
 	if !s.releaseID(t) {
-		s.srv.freeTask(t)
+		s.freeTask(t)
 		return // stale: the id belongs to a newer request now
 	}
 	if t.err != nil {
@@ -241,7 +242,7 @@ func (s *Session) Complete(t *Task) {
 		s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
 		s.sink.Send(s.buf)
 	}
-	s.srv.freeTask(t)
+	s.freeTask(t)
 }
 
 // cancel handles $/cancelRequest (CONTRACT.md section 4): the request's id is
@@ -278,6 +279,7 @@ func (s *Session) Close() {
 			s.answered(t.sub)
 		}
 	}
+	s.releaseFree()
 	s.inflight, s.subs, s.blocked = idTable{}, nil, nil
 	s.buf, s.key, s.name = nil, nil, nil
 }
@@ -287,6 +289,7 @@ func (s *Session) Close() {
 // message. The transport calls it once the connection has been quiet for a
 // while, so idle connections hold only what they need. Must be called on the loop.
 func (s *Session) Trim() {
+	s.releaseFree()
 	s.inflight.ints.trim()
 	if len(s.inflight.strs) == 0 {
 		s.inflight.strs = nil

@@ -33,23 +33,35 @@ type Task struct {
 	prev, next *Task // loop-owned: Session.active links
 }
 
-// newTask returns an empty Task from the server's free list. A unary task
-// is reused once its completion has been applied: by then its worker has
-// posted it and returned (Run touches nothing of it after Post), and the
-// session has dropped it from its id table and slot list, so nothing in the
-// gateway refers to it. Its generation, not its address, is what identifies
-// a request. Subscription tasks are never reused: the subscription outlives
-// the completion. Handlers must not keep ctx after Call returns (Handler).
-func (srv *Server) newTask() *Task {
-	if t, ok := srv.tasks.Get().(*Task); ok {
+// newTask returns an empty Task: from the session's own free list, else
+// from the server's. A unary task is reused once its completion has been
+// applied: by then its worker has posted it and returned (Run touches nothing
+// of it after Post), and the session has dropped it from its id table and
+// slot list, so nothing in the gateway refers to it. Its generation, not its
+// address, is what identifies a request. Subscription tasks are never reused:
+// the subscription outlives the completion. Handlers must not keep ctx after
+// Call returns (backend.Handler). Must be called on the loop.
+func (s *Session) newTask() *Task {
+	if n := len(s.free); n > 0 {
+		t := s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+		return t
+	}
+	if t, ok := s.srv.tasks.Get().(*Task); ok {
 		return t
 	}
 	return &Task{}
 }
 
-// freeTask returns t to the free list, keeping its buffers unless a huge
+// sessionFreeTasks bounds a session's own free list. A pipelining client
+// reuses its tasks from there without the synchronisation of the server's
+// free list; Trim hands them over to the server's list when it goes quiet.
+const sessionFreeTasks = 64
+
+// freeTask returns t to a free list, keeping its buffers unless a huge
 // request grew them. Must be called on the loop, after Complete has applied t.
-func (srv *Server) freeTask(t *Task) {
+func (s *Session) freeTask(t *Task) {
 	if t.sub != nil {
 		return
 	}
@@ -62,7 +74,20 @@ func (srv *Server) freeTask(t *Task) {
 		res = nil
 	}
 	*t = Task{buf: buf, res: res}
-	srv.tasks.Put(t)
+	if len(s.free) < sessionFreeTasks && !s.closed {
+		s.free = append(s.free, t)
+		return
+	}
+	s.srv.tasks.Put(t)
+}
+
+// releaseFree hands the session's free tasks to the server's free list.
+func (s *Session) releaseFree() {
+	for i, t := range s.free {
+		s.srv.tasks.Put(t)
+		s.free[i] = nil
+	}
+	s.free = nil
 }
 
 // Session returns the session the task belongs to. Safe for concurrent use.
