@@ -100,6 +100,10 @@ func invalidUTF8(reason string) *CloseError {
 	return &CloseError{Code: ws.StatusInvalidFramePayloadData, Reason: reason}
 }
 
+// ErrInvalidText is the close error for a text message that is not valid
+// UTF-8 (1007), for callers that check an Event.Unchecked message themselves.
+var ErrInvalidText = invalidUTF8(reasonBadText)
+
 // Close reasons the Reader reports with the codes CONTRACT.md section 1.1 fixes.
 const (
 	reasonBinary  = "binary frames are not supported"
@@ -152,4 +156,7 @@ type Event struct {
 	// Code is, for EventClose only, the peer's status code, or 1005
 	// (ws.StatusNoStatusRcvd) when the close frame had no body (RFC 6455 section 7.1.5).
 	Code ws.StatusCode
+	// Unchecked is set on an EventText whose UTF-8 check was left to the
+	// caller (Reader.DeferUTF8).
+	Unchecked bool
 }

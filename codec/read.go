@@ -24,6 +24,15 @@ type Reader struct {
 	// MaxMessage is the largest accepted reassembled text message in bytes;
 	// exactly MaxMessage is accepted. Zero or less means DefaultMaxMessage.
 	MaxMessage int64
+	// DeferUTF8, when set, leaves the UTF-8 check of a text message that
+	// arrives whole in one unfragmented frame to the caller: Next returns it
+	// with Event.Unchecked set. A caller that validates the message anyway
+	// (a JSON parser that checks UTF-8, as Classify does) then pays for one
+	// pass instead of two; it must fail the connection with ErrInvalidText
+	// when the message is not valid UTF-8, before acting on it. Fragmented
+	// and split messages are still checked here, failing as soon as the
+	// offending byte arrives.
+	DeferUTF8 bool
 
 	// Loop-owned, like the Reader itself.
 
@@ -144,6 +153,9 @@ func (r *Reader) Next(b []byte) (ev Event, consumed int, err error) {
 			end := off + hn + int(h.Length)
 			p := b[off+hn : end]
 			ws.Cipher(p, h.Mask, 0)
+			if r.DeferUTF8 {
+				return Event{Kind: EventText, Payload: p, Unchecked: true}, end, nil
+			}
 			if !utf8.Valid(p) {
 				return r.fail(invalidUTF8(reasonBadText), off)
 			}

@@ -266,6 +266,59 @@ func TestReaderFastPath(t *testing.T) {
 	}
 }
 
+// TestReaderDeferUTF8 checks that with DeferUTF8 only a whole unfragmented
+// text frame skips the UTF-8 check (marked Unchecked, invalid bytes and all),
+// while split and fragmented messages are still checked as they arrive.
+func TestReaderDeferUTF8(t *testing.T) {
+	bad := "{\"a\":\"\xff\"}"
+	t.Run("whole frame", func(t *testing.T) {
+		for _, msg := range []string{`{"a":"é"}`, bad} {
+			b := text(msg).bytes()
+			r := Reader{DeferUTF8: true}
+			ev, n, err := r.Next(b)
+			if err != nil || n != len(b) || ev.Kind != EventText || !ev.Unchecked || string(ev.Payload) != msg {
+				t.Fatalf("%q: Next = %s unchecked=%v %q, %d, %v", msg, ev.Kind, ev.Unchecked, ev.Payload, n, err)
+			}
+		}
+	})
+	t.Run("split frame", func(t *testing.T) {
+		b := text(bad).bytes()
+		r := Reader{DeferUTF8: true}
+		_, n, err := r.Next(bytes.Clone(b[:len(b)-2])) // up to the bad byte
+		if err == nil {
+			t.Fatalf("split frame with a bad byte: no error (consumed %d)", n)
+		}
+		var ce *CloseError
+		if !errors.As(err, &ce) || ce.Code != ws.StatusInvalidFramePayloadData {
+			t.Fatalf("err = %v, want 1007", err)
+		}
+	})
+	t.Run("fragmented", func(t *testing.T) {
+		b, _ := stream(textFrag(`{"a":"`), cont(true, "\xff\"}"))
+		r := Reader{DeferUTF8: true}
+		var err error
+		for off := 0; off < len(b) && err == nil; {
+			var n int
+			var ev Event
+			ev, n, err = r.Next(b[off:])
+			if ev.Kind == EventText {
+				t.Fatalf("fragmented message with a bad byte delivered (unchecked=%v)", ev.Unchecked)
+			}
+			off += n
+		}
+		var ce *CloseError
+		if !errors.As(err, &ce) || ce.Code != ws.StatusInvalidFramePayloadData {
+			t.Fatalf("err = %v, want 1007", err)
+		}
+	})
+	t.Run("off by default", func(t *testing.T) {
+		var r Reader
+		if _, _, err := r.Next(text(bad).bytes()); err == nil {
+			t.Fatal("a whole frame with a bad byte passed without DeferUTF8")
+		}
+	})
+}
+
 // TestReaderBuffers checks that a connection keeps no big buffer after a message
 // and that Reset releases everything.
 func TestReaderBuffers(t *testing.T) {

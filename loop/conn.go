@@ -2,6 +2,7 @@ package loop
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 	"github.com/panjf2000/gnet/v2"
@@ -88,6 +89,7 @@ func (w *conn) open() {
 		w.lr.Max = w.cfg().MaxMessageBytes
 	} else {
 		w.rd.MaxMessage = int64(w.cfg().MaxMessageBytes)
+		w.rd.DeferUTF8 = true // both sessions check it (see session.HandleUnchecked)
 	}
 	if w.cfg().Echo {
 		w.sess = echo{w}
@@ -101,6 +103,7 @@ func (w *conn) open() {
 // Config.Echo. Its methods are called on the connection's loop.
 type session interface {
 	HandleMessage(msg []byte)
+	HandleUnchecked(msg []byte) bool
 	HandleParseError()
 	Resume()
 	EndSubscriptions()
@@ -115,11 +118,20 @@ var _ session = (*rpc.Session)(nil)
 type echo struct{ w *conn }
 
 func (e echo) HandleMessage(msg []byte) { e.w.Send(msg) }
-func (e echo) HandleParseError()        {}
-func (e echo) Resume()                  {}
-func (e echo) EndSubscriptions()        {}
-func (e echo) Trim()                    {}
-func (e echo) Close()                   {}
+
+// HandleUnchecked validates UTF-8 itself: echo parses nothing.
+func (e echo) HandleUnchecked(msg []byte) bool {
+	if !utf8.Valid(msg) {
+		return false
+	}
+	e.w.Send(msg)
+	return true
+}
+func (e echo) HandleParseError() {}
+func (e echo) Resume()           {}
+func (e echo) EndSubscriptions() {}
+func (e echo) Trim()             {}
+func (e echo) Close()            {}
 
 // Send implements rpc.Sink: it frames msg for this turn's write (one text
 // frame, or one line). Output is dropped once the server has decided to close.

@@ -41,7 +41,12 @@ func (w *conn) frames(buf []byte) int {
 func (w *conn) event(ev codec.Event) {
 	switch ev.Kind {
 	case codec.EventText:
-		w.sess.HandleMessage(ev.Payload)
+		if !ev.Unchecked {
+			w.sess.HandleMessage(ev.Payload)
+		} else if !w.sess.HandleUnchecked(ev.Payload) {
+			w.fail(codec.ErrInvalidText)
+			return
+		}
 		w.l.handled++
 	case codec.EventPing:
 		w.appendFrame(ws.OpPong, ev.Payload)
@@ -130,7 +135,9 @@ func (w *conn) fail(err error) {
 	if !errors.As(err, &ce) {
 		ce = &codec.CloseError{Code: ws.StatusProtocolError}
 	}
-	w.closeWith(ce.Code, ce.Reason)
+	// Answers already queued this turn (to messages before the bad one) go
+	// out ahead of the close frame.
+	w.closeAfter(ce.Code, ce.Reason, true)
 	// The stream cannot be framed any more, so the peer's close could not be
 	// recognised: half-close after our close frame (RFC 6455 section 7.1.7) so
 	// that the peer sees EOF at once, and drop the connection when it closes

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/openengine/edge/codec"
 )
@@ -108,7 +109,28 @@ func (s *Session) HandleMessage(msg []byte) {
 	if s.closed {
 		return
 	}
+	s.handle(codec.Classify(msg, s.transport == WebSocket))
+}
+
+// HandleUnchecked is HandleMessage for a message whose UTF-8 validity the
+// transport left unchecked (codec.Reader.DeferUTF8). Classify validates UTF-8
+// as part of JSON, so only a message it rejects needs a second look: when msg
+// is not valid UTF-8, HandleUnchecked does nothing and returns false, and the
+// transport must fail the connection (1007) instead of answering -32700.
+// Must be called on the loop.
+func (s *Session) HandleUnchecked(msg []byte) bool {
+	if s.closed {
+		return true
+	}
 	env := codec.Classify(msg, s.transport == WebSocket)
+	if env.Kind == codec.KindParseError && !utf8.Valid(msg) {
+		return false
+	}
+	s.handle(env)
+	return true
+}
+
+func (s *Session) handle(env codec.Envelope) {
 	switch env.Kind {
 	case codec.KindParseError:
 		s.nullError(codec.CodeParseError, "Parse error")

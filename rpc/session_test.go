@@ -773,3 +773,36 @@ func TestTrimReleasesIdleMemoryOnly(t *testing.T) {
 		expectReply(resultReply("105", `{"a":1}`)))
 	runScript(t, opts{}, steps...)
 }
+
+// TestHandleUncheckedUTF8: a message whose UTF-8 the transport did not check
+// is answered like any other when it is valid UTF-8 (whatever its JSON), and
+// refused with nothing sent and no state touched when it is not, whether
+// Classify stopped at the bad byte or at a JSON error before it.
+func TestHandleUncheckedUTF8(t *testing.T) {
+	tests := []struct {
+		msg   string
+		ok    bool
+		reply string
+	}{
+		{req("1", "edge/stats", `{}`), true, statsReply("1", 0, 0, 0)},
+		{`{"a":`, true, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}`},
+		{`[1,"é"]`, true, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}`},
+		{req("2", "edge/stats", `{"s":"`+"\xff"+`"}`), false, ""},
+		{`{"a":,"b":"` + "\xe9" + `"}`, false, ""},
+		{`{}` + "\xc0\xaf", false, ""},
+	}
+	for _, tt := range tests {
+		h := newHarness(t, opts{})
+		c := h.conns[0]
+		if got := c.sess.HandleUnchecked([]byte(tt.msg)); got != tt.ok {
+			t.Fatalf("HandleUnchecked(%q) = %v, want %v", tt.msg, got, tt.ok)
+		}
+		if tt.reply != "" {
+			c.expectReply(tt.reply)
+		}
+		c.expectNothing()
+		if st := c.sess.Stats(); st != (Stats{}) {
+			t.Fatalf("%q: stats %+v after it", tt.msg, st)
+		}
+	}
+}

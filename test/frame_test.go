@@ -26,6 +26,7 @@ func TestProtocolViolations(t *testing.T) {
 	tests := []struct {
 		name   string
 		bytes  []byte
+		before []string // replies expected ahead of the close
 		code   ws.StatusCode
 		reason string // checked when not empty
 	}{
@@ -53,7 +54,9 @@ func TestProtocolViolations(t *testing.T) {
 		{name: "continuation without start", bytes: frame(true, ws.OpContinuation, text, true, 0), code: ws.StatusProtocolError},
 		{name: "continuation after complete message",
 			bytes: cat(frame(true, ws.OpText, []byte(`{}`), true, 0), frame(false, ws.OpContinuation, []byte("x"), true, 0)),
-			code:  ws.StatusProtocolError},
+			// The answer to the complete message goes out before the close.
+			before: []string{`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}`},
+			code:   ws.StatusProtocolError},
 		{name: "text inside fragmented message",
 			bytes: cat(frame(false, ws.OpText, text[:10], true, 0), frame(true, ws.OpText, text[10:], true, 0)),
 			code:  ws.StatusProtocolError},
@@ -75,6 +78,11 @@ func TestProtocolViolations(t *testing.T) {
 		{name: "text invalid utf-8", bytes: textFrame(`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{"s":"` + "\xff" + `"}}`),
 			code: ws.StatusInvalidFramePayloadData},
 		{name: "text overlong encoding", bytes: textFrame("\xc0\xaf"), code: ws.StatusInvalidFramePayloadData},
+		// The JSON is already broken before the bad byte: still 1007, not -32700.
+		{name: "text invalid utf-8 after a JSON error", bytes: textFrame(`{"a":,"b":"` + "\xff" + `"}`),
+			code: ws.StatusInvalidFramePayloadData},
+		{name: "text invalid utf-8 outside strings", bytes: textFrame(`{"jsonrpc":"2.0"}` + "\xff"),
+			code: ws.StatusInvalidFramePayloadData},
 		{name: "text truncated code point", bytes: textFrame("abc\xe2\x82"), code: ws.StatusInvalidFramePayloadData},
 		{name: "text invalid utf-8 split across fragments",
 			// U+20AC is E2 82 AC: the first fragment ends inside it, the
@@ -89,6 +97,7 @@ func TestProtocolViolations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := dial(t, gw)
 			c.write(tt.bytes)
+			c.expectTexts(tt.before...)
 			reason := c.expectClose(tt.code)
 			if tt.reason != "" && reason != tt.reason {
 				t.Errorf("close reason %q, want %q", reason, tt.reason)
@@ -129,6 +138,23 @@ func TestInvalidUTF8FailsFast(t *testing.T) {
 		c.expectClose(ws.StatusInvalidFramePayloadData)
 		c.answerCloseAndExpectEOF()
 	})
+}
+
+// TestInvalidUTF8AfterValidMessage: a whole text frame's UTF-8 is checked
+// along with its JSON (codec.Reader.DeferUTF8), so a message before it in
+// the same TCP segment keeps the answer it already got (edge/stats and a parse
+// error are answered inline), and the bad one closes with 1007, never gets
+// -32700.
+func TestInvalidUTF8AfterValidMessage(t *testing.T) {
+	gw := startGateway(t)
+	c := dial(t, gw)
+	c.write(append(append(textFrame(`{"jsonrpc":"2.0","id":1,"method":"edge/stats","params":{}}`),
+		textFrame(`{"é":`)...),
+		textFrame(`{"jsonrpc":"2.0","id":2,"method":"edge/echo","params":{"a":"`+"\xe9"+`"}}`)...))
+	c.expectText(`{"jsonrpc":"2.0","id":1,"result":{"inFlightIds":0,"tasks":0,"subscriptions":0,"outboundBytes":0}}`)
+	c.expectText(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}`)
+	c.expectClose(ws.StatusInvalidFramePayloadData)
+	c.answerCloseAndExpectEOF()
 }
 
 // TestUTF8SplitAcrossFragments checks that a valid code point split across
@@ -250,4 +276,16 @@ func TestByteAtATime(t *testing.T) {
 	}
 	c.expectTexts(`{"jsonrpc":"2.0","id":"b","result":{"s":"héllo"}}`,
 		`{"jsonrpc":"2.0","id":"c","result":{}}`)
+}
+
+// TestEchoModeChecksUTF8: the raw echo mode (the bench suite's ceiling)
+// parses nothing, so it checks UTF-8 of whole frames itself: valid text is
+// echoed byte for byte, invalid text closes with 1007.
+func TestEchoModeChecksUTF8(t *testing.T) {
+	gw := startGateway(t, func(c *gwConfig) { c.loop.Echo = true })
+	c := dial(t, gw)
+	c.write(append(textFrame("not json: é"), textFrame("bad \xe9 byte")...))
+	c.expectText("not json: é")
+	c.expectClose(ws.StatusInvalidFramePayloadData)
+	c.answerCloseAndExpectEOF()
 }
