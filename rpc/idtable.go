@@ -78,9 +78,9 @@ func (tb *idTable) len() int { return tb.ints.n + len(tb.strs) }
 
 // each calls f for every entry.
 func (tb *idTable) each(f func(idKey, *Task)) {
-	for i, t := range tb.ints.vals {
-		if t != nil {
-			f(idKey{kind: codec.IDInt, n: tb.ints.keys[i]}, t)
+	for _, e := range tb.ints.slots {
+		if e.t != nil {
+			f(idKey{kind: codec.IDInt, n: e.k}, e.t)
 		}
 	}
 	for s, t := range tb.strs {
@@ -96,9 +96,14 @@ func (tb *idTable) each(f func(idKey, *Task)) {
 // It keeps its size while requests come and go (a pipelining client empties
 // and refills it all the time); trim releases it once the connection is idle.
 type intTable struct {
-	keys []int64
-	vals []*Task // nil: empty slot
-	n    int
+	slots []intSlot
+	n     int
+}
+
+// intSlot is one slot of an intTable; t is nil when the slot is empty.
+type intSlot struct {
+	k int64
+	t *Task
 }
 
 const intTableMin = 16 // slots of a new table; a power of two
@@ -106,35 +111,35 @@ const intTableMin = 16 // slots of a new table; a power of two
 // slot returns the home slot of k: Fibonacci hashing of the id, so that
 // sequential ids, the common case, spread over the table.
 func (m *intTable) slot(k int64) int {
-	return int((uint64(k) * 0x9E3779B97F4A7C15) >> 32 & uint64(len(m.vals)-1))
+	return int((uint64(k) * 0x9E3779B97F4A7C15) >> 32 & uint64(len(m.slots)-1))
 }
 
 func (m *intTable) get(k int64) *Task {
 	if m.n == 0 {
 		return nil
 	}
-	mask := len(m.vals) - 1
+	mask := len(m.slots) - 1
 	for i := m.slot(k); ; i = (i + 1) & mask {
-		t := m.vals[i]
-		if t == nil || m.keys[i] == k {
-			return t
+		if e := &m.slots[i]; e.t == nil || e.k == k {
+			return e.t
 		}
 	}
 }
 
 func (m *intTable) put(k int64, t *Task) {
-	if 2*(m.n+1) > len(m.vals) {
+	if 2*(m.n+1) > len(m.slots) {
 		m.grow()
 	}
-	mask := len(m.vals) - 1
+	mask := len(m.slots) - 1
 	for i := m.slot(k); ; i = (i + 1) & mask {
-		if m.vals[i] == nil {
-			m.keys[i], m.vals[i] = k, t
+		e := &m.slots[i]
+		if e.t == nil {
+			e.k, e.t = k, t
 			m.n++
 			return
 		}
-		if m.keys[i] == k {
-			m.vals[i] = t
+		if e.k == k {
+			e.t = t
 			return
 		}
 	}
@@ -144,13 +149,13 @@ func (m *intTable) del(k int64) {
 	if m.n == 0 {
 		return
 	}
-	mask := len(m.vals) - 1
+	mask := len(m.slots) - 1
 	i := m.slot(k)
 	for {
-		if m.vals[i] == nil {
+		if m.slots[i].t == nil {
 			return // absent
 		}
-		if m.keys[i] == k {
+		if m.slots[i].k == k {
 			break
 		}
 		i = (i + 1) & mask
@@ -158,14 +163,14 @@ func (m *intTable) del(k int64) {
 	m.n--
 	// Backward-shift: move later entries of the probe run into the hole when
 	// their home slot does not lie cyclically in (hole, j].
-	for j := (i + 1) & mask; m.vals[j] != nil; j = (j + 1) & mask {
-		h := m.slot(m.keys[j])
+	for j := (i + 1) & mask; m.slots[j].t != nil; j = (j + 1) & mask {
+		h := m.slot(m.slots[j].k)
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			m.keys[i], m.vals[i] = m.keys[j], m.vals[j]
+			m.slots[i] = m.slots[j]
 			i = j
 		}
 	}
-	m.keys[i], m.vals[i] = 0, nil
+	m.slots[i] = intSlot{}
 }
 
 // trim releases the table's memory if it holds no entry.
@@ -177,12 +182,11 @@ func (m *intTable) trim() {
 
 // grow doubles the table (or makes the first one) and re-inserts every entry.
 func (m *intTable) grow() {
-	keys, vals := m.keys, m.vals
-	size := max(intTableMin, 2*len(vals))
-	m.keys, m.vals, m.n = make([]int64, size), make([]*Task, size), 0
-	for i, t := range vals {
-		if t != nil {
-			m.put(keys[i], t)
+	old := m.slots
+	m.slots, m.n = make([]intSlot, max(intTableMin, 2*len(old))), 0
+	for _, e := range old {
+		if e.t != nil {
+			m.put(e.k, e.t)
 		}
 	}
 }

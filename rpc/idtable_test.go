@@ -39,20 +39,20 @@ func TestIntTableMatchesMap(t *testing.T) {
 				rt.Fatalf("n = %d, want %d", m.n, len(want))
 			}
 			seen := 0
-			for i, v := range m.vals {
-				if v == nil {
+			for i, e := range m.slots {
+				if e.t == nil {
 					continue
 				}
 				seen++
-				if want[m.keys[i]] != v {
-					rt.Fatalf("slot %d holds %d -> %p, want %p", i, m.keys[i], v, want[m.keys[i]])
+				if want[e.k] != e.t {
+					rt.Fatalf("slot %d holds %d -> %p, want %p", i, e.k, e.t, want[e.k])
 				}
 			}
 			if seen != len(want) {
 				rt.Fatalf("%d occupied slots, want %d", seen, len(want))
 			}
-			if len(m.vals) != 0 && 2*m.n > len(m.vals) {
-				rt.Fatalf("%d entries in %d slots: over half full", m.n, len(m.vals))
+			if len(m.slots) != 0 && 2*m.n > len(m.slots) {
+				rt.Fatalf("%d entries in %d slots: over half full", m.n, len(m.slots))
 			}
 		}
 		for k, v := range want {
@@ -73,24 +73,24 @@ func TestIntTableKeepsSlotsUntilTrimmed(t *testing.T) {
 	for k := range int64(200) {
 		m.put(k, task)
 	}
-	slots := len(m.vals)
+	slots := len(m.slots)
 	if slots < 400 {
 		t.Fatalf("%d slots for 200 entries, want at least 400", slots)
 	}
 	m.put(7, task)
 	m.trim() // not empty: kept
-	if len(m.vals) != slots || m.get(7) != task {
-		t.Fatalf("trim of a non-empty table: %d slots, get(7) = %p", len(m.vals), m.get(7))
+	if len(m.slots) != slots || m.get(7) != task {
+		t.Fatalf("trim of a non-empty table: %d slots, get(7) = %p", len(m.slots), m.get(7))
 	}
 	for k := range int64(200) {
 		m.del(k)
 	}
-	if len(m.vals) != slots || m.n != 0 {
-		t.Fatalf("emptied table: %d slots (want %d kept), n=%d", len(m.vals), slots, m.n)
+	if len(m.slots) != slots || m.n != 0 {
+		t.Fatalf("emptied table: %d slots (want %d kept), n=%d", len(m.slots), slots, m.n)
 	}
 	m.trim()
-	if m.vals != nil || m.keys != nil || m.n != 0 {
-		t.Fatalf("trimmed empty table still holds %d slots (n=%d)", len(m.vals), m.n)
+	if m.slots != nil || m.n != 0 {
+		t.Fatalf("trimmed empty table still holds %d slots (n=%d)", len(m.slots), m.n)
 	}
 	if m.get(5) != nil {
 		t.Fatal("get on a trimmed table found an entry")

@@ -750,7 +750,7 @@ func TestTrimReleasesIdleMemoryOnly(t *testing.T) {
 			h.t.Helper()
 			s := h.conns[0].sess
 			s.Trim()
-			if got := s.inflight.ints.vals != nil; got != wantTable {
+			if got := s.inflight.ints.slots != nil; got != wantTable {
 				h.fatalf("after Trim the id table is held: %v, want %v", got, wantTable)
 			}
 		}}
