@@ -49,6 +49,7 @@ type options struct {
 	quick     bool
 	workloads []string
 	peers     []string
+	variants  []string // substrings: run only the phases whose variant contains one
 	run       string
 	out       string
 	root      string
@@ -65,7 +66,8 @@ type options struct {
 	w2Rates   string
 	w3Conns   string
 	w4Subs    string
-	w4Offered float64
+	w4Offered string
+	perfStat  bool
 	cpuprof   string
 }
 
@@ -76,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "every workload briefly with small counts (CI smoke run)")
 	wl := fs.String("workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ","))
 	pl := fs.String("peers", "all", "comma-separated servers: "+strings.Join(peerNames, ","))
+	vl := fs.String("variants", "", "comma-separated substrings: run only the phases whose variant name contains one (e.g. c4w64-16B; default all)")
 	fs.StringVar(&o.run, "run", "", "run name (default: quick-<time> or <time>); results go to <out>")
 	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
 	fs.StringVar(&o.root, "root", "", "edge repository root (default: found from the working directory)")
@@ -89,7 +92,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.w2Rates, "w2-rates", "", "W2 total request rates, comma-separated (default 10000,30000,60000)")
 	fs.StringVar(&o.w3Conns, "w3-conns", "", "W3 connection counts, comma-separated (default 1000,10000,15000)")
 	fs.StringVar(&o.w4Subs, "w4-subs", "", "W4 subscriber counts, comma-separated (default 1000,10000)")
-	fs.Float64Var(&o.w4Offered, "w4-deliveries", 0, "W4 offered deliveries per second (default 100000; publish rate = this / subscribers)")
+	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,500000; publish rate = this / subscribers)")
+	fs.BoolVar(&o.perfStat, "perfstat", true, "count the servers' system calls over each measured window with `perf stat` (when perf works here)")
 	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --pprof-listen)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator) to this file")
 	fs.IntVar(&o.nice, "nice", 0, "nice value for the generator and the servers (e.g. -10 on a machine shared with other work; needs root)")
@@ -104,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.peers, err = parseList(*pl, peerNames); err != nil {
 		return nil, fmt.Errorf("-peers: %w", err)
 	}
+	o.variants = splitList(*vl)
 	if *perf != "" {
 		if o.perf, err = parseList(*perf, peerNames); err != nil {
 			return nil, fmt.Errorf("-perf: %w", err)
@@ -197,6 +202,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := m.override(o); err != nil {
 		return err
 	}
+	phases := filterVariants(m.phases(o.workloads, o.peers), o.variants)
+	if len(phases) == 0 {
+		return fmt.Errorf("no phase matches -workloads %s -peers %s -variants %s",
+			strings.Join(o.workloads, ","), strings.Join(o.peers, ","), strings.Join(o.variants, ","))
+	}
 
 	// Build before pinning: the compiler gets both cores.
 	binDir, err := os.MkdirTemp("", "edgebench-bin-")
@@ -254,7 +264,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer resf.Close()
 	enc := json.NewEncoder(resf)
 
-	phases := m.phases(o.workloads, o.peers)
+	statEvents, statOff := perfStatEvents(o.perfStat, logf)
 	var total time.Duration
 	for _, p := range phases {
 		total += p.budget
@@ -270,10 +280,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		prog.begin(i, p)
 		rec := Record{Run: o.run, Workload: p.workload, Variant: p.variant, Peer: p.peer, Params: p.params,
-			Started: time.Now().UTC(), Pinned: pin.on}
+			Started: time.Now().UTC(), Pinned: pin.on, SyscallsOff: statOff}
 		if bin, ok := bins[p.peer]; ok {
 			runPhase(ctx, p, bin, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, p.peer),
-				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace)}, &rec, logf)
+				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents}, &rec, logf)
 		} else {
 			rec.Error = fmt.Sprintf("not built: %v", buildFailed[p.peer])
 		}
@@ -326,8 +336,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // fills rec.
 // phaseOpts are the per-phase instrumentation switches.
 type phaseOpts struct {
-	perf  bool // perf record the server over the window
-	pprof bool // edge: serve pprof (CPU profile over the window, heap in W3)
+	perf       bool     // perf record the server over the window
+	pprof      bool     // edge: serve pprof (CPU profile over the window, heap in W3)
+	statEvents []string // perf stat these events over the window (nil: no syscall count)
 }
 
 func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
@@ -358,7 +369,27 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	if opts.perf {
 		pc.samp.perf = &perfRecorder{data: filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perf.data")}
 	}
+	if opts.statEvents != nil {
+		st, serr := startPerfStat(srv.pid, opts.statEvents, filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perfstat.csv"))
+		if serr != nil {
+			rec.Notes = append(rec.Notes, "perf stat: "+serr.Error())
+		}
+		pc.samp.stat = st
+	}
 	err = p.run(pctx, pc)
+	if st := pc.samp.stat; st != nil {
+		counts, serr := st.stop()
+		if serr == nil && counts != nil {
+			rw, ioErr := pc.samp.readsWrites()
+			if ioErr != nil {
+				rec.Notes = append(rec.Notes, "reads and writes not counted: "+ioErr.Error())
+			}
+			rec.Syscalls, serr = newSyscalls(counts, rw, pc.samp.ops)
+		}
+		if serr != nil {
+			rec.Notes = append(rec.Notes, "perf stat: "+serr.Error())
+		}
+	}
 	if pc.samp.pprofDone != nil {
 		if perr := <-pc.samp.pprofDone; perr != nil {
 			rec.Notes = append(rec.Notes, "pprof: "+perr.Error())
@@ -488,6 +519,9 @@ func (p *progress) end(r Record) {
 		if r.Server != nil && r.Server.UsPerOp > 0 {
 			cpu = fmt.Sprintf(", server %.2f us/op", r.Server.UsPerOp)
 		}
+		if r.Syscalls != nil && r.Syscalls.PerOp > 0 {
+			cpu += fmt.Sprintf(", %.2f syscalls/op", r.Syscalls.PerOp)
+		}
 		fmt.Fprintf(p.w, "    %.0f %s%s\n", r.Throughput, r.Unit, cpu)
 	}
 }
@@ -496,4 +530,23 @@ func (p *progress) finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 	}
+}
+
+// perfStatEvents decides whether the run counts the servers' system calls:
+// the events to count, or nil and the reason why not.
+func perfStatEvents(want bool, logf func(string, ...any)) ([]string, string) {
+	if !want {
+		return nil, "turned off with -perfstat=false"
+	}
+	events, err := probePerfStat()
+	if err != nil {
+		logf("WARNING: not counting system calls: %v", err)
+		return nil, err.Error()
+	}
+	if len(events) < len(syscallEvents) {
+		logf("WARNING: perf stat refuses the epoll tracepoints: counting only the total of system calls")
+	} else {
+		logf("counting the servers' system calls with perf stat (-perfstat=false turns it off)")
+	}
+	return events, ""
 }

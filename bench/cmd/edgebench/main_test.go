@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,10 +120,20 @@ func TestReport(t *testing.T) {
 	l := load.Latency{Count: 10, P50: 50, P99: 90, P999: 99, Max: 120}
 	recs := []Record{
 		{Run: "t", Workload: "W1", Variant: "c50w1-16B", Peer: "edge", OK: true, Throughput: 1000, Unit: "req/s",
-			Latency: &l, Server: &Usage{UserS: 0.5, SysS: 0.5, Util: 1, UsPerOp: 10}, Client: &Usage{UsPerOp: 2}},
+			Latency: &l, Server: &Usage{UserS: 0.5, SysS: 0.5, Util: 1, UsPerOp: 10}, Client: &Usage{UsPerOp: 2},
+			Syscalls: &Syscalls{Total: 8040, PerOp: 2.01}},
 		{Run: "t", Workload: "W1", Variant: "c50w1-16B", Peer: "gorilla", OK: true, Throughput: 500, Unit: "req/s",
 			Latency: &l, Server: &Usage{UserS: 0.5, SysS: 0.5, Util: 1, UsPerOp: 20}},
 		{Run: "t", Workload: "W1", Variant: "c50w1-16B", Peer: "geth", Error: "boom | bang"},
+		{Run: "t", Workload: "W2", Variant: "10k/s", Peer: "edge", OK: true, Throughput: 1000, Latency: &l,
+			Server: &Usage{UsPerOp: 10}, Syscalls: &Syscalls{PerOp: 1.23}},
+		{Run: "t", Workload: "W4", Variant: "1000 subs 100k/s", Peer: "edge", OK: true, Throughput: 1e5,
+			Params: map[string]any{"offered_deliveries": 1e5}, Syscalls: &Syscalls{PerOp: 0.0456}},
+		{Run: "t", Workload: "W4", Variant: "1000 subs 500k/s", Peer: "edge", OK: true, Throughput: 4e5,
+			Params: map[string]any{"offered_deliveries": 5e5}},
+		{Run: "t", Workload: "W4", Variant: "1000 subs 500k/s", Peer: "nbio", Error: "refused"},
+		{Run: "t", Workload: "W6", Variant: "8 workers", Peer: "edge", OK: true, Throughput: 5000,
+			Syscalls: &Syscalls{PerOp: 14.5}, SyscallsOff: "perf not found"},
 		{Run: "t", Workload: "W3", Variant: "1000", Peer: "edge", OK: true, Conns: 1000, RSSKiB: 2048, RSSPerConnKiB: 1.5},
 		{Run: "t", Workload: "W5", Variant: "1000 conns", Peer: "edge", OK: true,
 			Extra: load.StormResult{Sleeps: 10, Leaked: 0, EchoQuiet: load.Result{Rate: 5, Latency: l}}},
@@ -131,12 +145,30 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## W1", "x0.50", "x2.00", "FAILED: boom / bang", "## W3", "## W5", "![W1](W1.svg)", "## Failed phases"} {
+	for _, want := range []string{"## W1", "x0.50", "x2.00", "FAILED: boom / bang", "## W3", "## W5", "![W1](W1.svg)", "## Failed phases",
+		"| syscalls/req |", "| 2.01 |", "| 1.23 |", "| syscalls/delivery |", "| 0.05 |", "| syscalls/upgrade |", "| 14.5 |",
+		"| 1000 subs 100k/s | edge |", "| 1000 subs 500k/s | edge |", "| 1000 subs 500k/s | nbio | FAILED: refused",
+		"System calls were not counted (syscalls/op shows -): perf not found."} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	for _, w := range []string{"W1", "W3", "W5"} {
+	// Every row of every table has as many cells as its header.
+	head := 0
+	for _, line := range strings.Split(string(md), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			head = 0
+			continue
+		}
+		n := strings.Count(line, "|") - 1
+		switch {
+		case head == 0:
+			head = n
+		case n != head:
+			t.Errorf("row has %d cells, header %d: %s", n, head, line)
+		}
+	}
+	for _, w := range []string{"W1", "W3", "W4", "W5"} {
 		svg, err := os.ReadFile(filepath.Join(dir, w+".svg"))
 		if err != nil {
 			t.Fatal(err)
@@ -159,5 +191,300 @@ func TestCompact(t *testing.T) {
 	}
 	if num(math.NaN()) != "-" {
 		t.Error("num(NaN)")
+	}
+}
+
+// perfStatEdgeW1 is real `perf stat -x, -D -1 --control fd:3,4 -e
+// syscallEvents -p PID -o F` output: edge in W1 c50w1-16B (-quick) over the
+// 1 s window, 11919 replies; /proc/PID/io counted 11963 reads and 11983
+// writes in it.
+const perfStatEdgeW1 = `# started on Mon Nov 30 02:04:47 2026
+
+27413,,raw_syscalls:sys_enter,218538090,100.00,,
+3157,,syscalls:sys_enter_epoll_wait,218538090,100.00,,
+29,,syscalls:sys_enter_epoll_pwait,218556785,100.00,,
+0,,syscalls:sys_enter_epoll_pwait2,218608092,100.00,,
+`
+
+// perfStatAllCalls is real output with read and write tracepoints counted
+// too (edge, W1 c50w1-16B -quick), from before they were left to
+// /proc/PID/io.
+const perfStatAllCalls = `# started on Mon Nov 30 01:53:28 2026
+
+57088,,raw_syscalls:sys_enter,563012928,100.00,,
+27496,,syscalls:sys_enter_read,563168909,100.00,,
+0,,syscalls:sys_enter_readv,563311144,100.00,,
+0,,syscalls:sys_enter_recvfrom,563451816,100.00,,
+0,,syscalls:sys_enter_recvmsg,563589233,100.00,,
+27515,,syscalls:sys_enter_write,563730245,100.00,,
+0,,syscalls:sys_enter_writev,563754681,100.00,,
+0,,syscalls:sys_enter_sendto,563754681,100.00,,
+0,,syscalls:sys_enter_sendmsg,563754681,100.00,,
+1938,,syscalls:sys_enter_epoll_wait,563754681,100.00,,
+66,,syscalls:sys_enter_epoll_pwait,563754681,100.00,,
+0,,syscalls:sys_enter_epoll_pwait2,563754681,100.00,,
+`
+
+// perfStatIdle is real output for a process (sleep) that never ran while
+// the counters were enabled.
+const perfStatIdle = `# started on Mon Nov 30 01:49:54 2026
+
+<not counted>,,raw_syscalls:sys_enter,0,100.00,,
+<not counted>,,syscalls:sys_enter_read,0,100.00,,
+`
+
+func TestParsePerfStat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    map[string]int64
+		wantErr bool
+	}{
+		{name: "edge W1", in: perfStatEdgeW1, want: map[string]int64{
+			"raw_syscalls:sys_enter": 27413, "syscalls:sys_enter_epoll_wait": 3157, "syscalls:sys_enter_epoll_pwait": 29,
+			"syscalls:sys_enter_epoll_pwait2": 0}},
+		{name: "every call", in: perfStatAllCalls, want: map[string]int64{
+			"raw_syscalls:sys_enter": 57088, "syscalls:sys_enter_read": 27496, "syscalls:sys_enter_write": 27515,
+			"syscalls:sys_enter_epoll_wait": 1938, "syscalls:sys_enter_epoll_pwait": 66, "syscalls:sys_enter_readv": 0}},
+		{name: "not counted", in: perfStatIdle, want: map[string]int64{"raw_syscalls:sys_enter": 0, "syscalls:sys_enter_read": 0}},
+		{name: "not supported", in: "<not supported>,,raw_syscalls:sys_enter,0,100.00,,\n", wantErr: true},
+		{name: "garbage count", in: "12x,,raw_syscalls:sys_enter,0,100.00,,\n", wantErr: true},
+		{name: "empty", in: "# started on Mon Nov 30 01:49:54 2026\n\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parsePerfStat(strings.NewReader(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err %v, want error %v", err, tt.wantErr)
+			}
+			for ev, n := range tt.want {
+				if v, ok := got[ev]; !ok || v != n {
+					t.Errorf("%s = %d (present %v), want %d", ev, v, ok, n)
+				}
+			}
+		})
+	}
+}
+
+func TestNewSyscalls(t *testing.T) {
+	counts, err := parsePerfStat(strings.NewReader(perfStatEdgeW1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSyscalls(counts, &ioCalls{reads: 11963, writes: 11983}, 11919)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Total != 27413 || s.Reads != 11963 || s.Writes != 11983 || s.EpollWaits != 3157+29 {
+		t.Fatalf("totals %+v", s)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-3 }
+	if !near(s.PerOp, 2.2999) || !near(s.ReadsPerOp, 1.0037) || !near(s.WritesPerOp, 1.0054) || !near(s.EpollWaitsPerOp, 0.2673) {
+		t.Fatalf("per op %+v", s)
+	}
+	if len(s.ByCall) != 2 || s.ByCall["epoll_pwait"] != 29 {
+		t.Fatalf("by call %v (zero counts must be left out)", s.ByCall)
+	}
+	if s, _ := newSyscalls(counts, &ioCalls{}, 0); s.PerOp != 0 || s.ReadsPerOp != 0 || s.Total != 27413 {
+		t.Fatalf("no ops: %+v", s)
+	}
+	if s, _ := newSyscalls(counts, nil, 11919); s.Reads != -1 || s.Writes != -1 || s.ReadsPerOp != 0 || s.PerOp == 0 {
+		t.Fatalf("reads and writes unknown: %+v", s)
+	}
+	if _, err := newSyscalls(map[string]int64{"syscalls:sys_enter_epoll_wait": 1}, nil, 1); err == nil {
+		t.Fatal("no total accepted")
+	}
+}
+
+// TestPerfStat counts the system calls of a real process (cat, echoing
+// lines back through pipes) with the harness's perf stat and /proc/PID/io:
+// the lines echoed before the window must not count, those inside must.
+// It is skipped where perf stat does not work.
+func TestPerfStat(t *testing.T) {
+	events, err := probePerfStat()
+	if err != nil {
+		t.Skip(err)
+	}
+	cat := exec.Command("cat")
+	in, err := cat.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cat.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cat.Wait() }()
+	out := bufio.NewReader(outp)
+	echo := func(n int) {
+		t.Helper()
+		for i := range n {
+			fmt.Fprintf(in, "line %d\n", i)
+			if _, err := out.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p, err := startPerfStat(cat.Process.Pid, events, filepath.Join(t.TempDir(), "perfstat.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(100) // counters disabled
+	p.enable()
+	if err := p.waitAcks(10 * time.Second); err != nil { // the hooks do not wait; the test does, to be exact
+		t.Fatal(err)
+	}
+	io0, err := procIO(cat.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(300)
+	io1, err := procIO(cat.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.disable()
+	if err := p.waitAcks(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	echo(100) // disabled again
+	counts, err := p.stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSyscalls(counts, &ioCalls{io1.reads - io0.reads, io1.writes - io0.writes}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cat: one read and one write per line. perf counts a call when it
+	// enters, /proc/PID/io when it returns: cat's read waiting for the next
+	// line may enter on either side of enable and of disable, so the total
+	// is 600 +- 1 while reads and writes are exact.
+	if s.Total < 599 || s.Total > 601 || s.Reads != 300 || s.Writes != 300 || s.EpollWaits != 0 {
+		t.Errorf("got %d calls, %d reads, %d writes, %d epoll waits; want 600+-1, 300, 300, 0", s.Total, s.Reads, s.Writes, s.EpollWaits)
+	}
+	if len(events) != len(syscallEvents) {
+		t.Logf("perf stat counts only %v here", events)
+	}
+}
+
+func TestParseNums(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []float64
+	}{
+		{"one", "100000", []float64{100000}},
+		{"list with spaces", "100000, 500000", []float64{100000, 500000}},
+		{"exponent", "5e5", []float64{500000}},
+		{"empty entry", "1,,2", nil},
+		{"zero", "0", nil},
+		{"negative", "-1", nil},
+		{"word", "fast", nil},
+		{"infinite", "Inf", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseNums("w4-deliveries", tt.in)
+			if tt.want == nil {
+				if err == nil || !strings.Contains(err.Error(), "-w4-deliveries") {
+					t.Fatalf("got %v, %v; want an error naming the flag", got, err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []string
+	}{
+		{"empty", "", nil},
+		{"one", "c4w64-16B", []string{"c4w64-16B"}},
+		{"spaces and empties", " c50w1 , ,500k/s,", []string{"c50w1", "500k/s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := splitList(tt.in); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestW4Variants(t *testing.T) {
+	names := func(m matrix) []string {
+		var out []string
+		for _, p := range m.phases([]string{"W4"}, []string{"edge"}) {
+			out = append(out, p.variant)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		m    func() matrix
+		o    options
+		want []string
+	}{
+		{"standard", standardMatrix, options{},
+			[]string{"1000 subs 100k/s", "1000 subs 500k/s", "10000 subs 100k/s", "10000 subs 500k/s"}},
+		{"quick", quickMatrix, options{}, []string{"100 subs 20k/s"}},
+		{"flags", standardMatrix, options{w4Subs: "2000", w4Offered: "50000,1500000"},
+			[]string{"2000 subs 50k/s", "2000 subs 1.5M/s"}},
+		// 10 subscribers at the 1,000 publishes/s cap: both rates are 10k/s.
+		{"capped rates run once", standardMatrix, options{w4Subs: "10", w4Offered: "20000,50000"},
+			[]string{"10 subs 10k/s"}},
+		{"below 1k", quickMatrix, options{w4Subs: "1", w4Offered: "500"}, []string{"1 subs 500/s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := tt.m()
+			if err := m.override(&tt.o); err != nil {
+				t.Fatal(err)
+			}
+			if got := names(m); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	m := standardMatrix()
+	if err := m.override(&options{w4Offered: "100000,x"}); err == nil {
+		t.Fatal("bad -w4-deliveries accepted")
+	}
+}
+
+func TestFilterVariants(t *testing.T) {
+	all := standardMatrix().phases(allWorkloads, []string{"edge", "raw"})
+	tests := []struct {
+		name  string
+		subs  []string
+		count int
+		check func(p phase) bool
+	}{
+		{"none keeps all", nil, len(all), func(phase) bool { return true }},
+		{"one W1 variant", []string{"c4w64-16B"}, 2, func(p phase) bool { return p.workload == "W1" && p.variant == "c4w64-16B" }},
+		{"either of two", []string{"c50w1-16B", "c4w64-1KiB"}, 4, func(p phase) bool { return p.workload == "W1" }},
+		{"W4 rate", []string{"500k/s"}, 2, func(p phase) bool { return p.workload == "W4" && p.peer == "edge" }},
+		{"no match", []string{"c9w9"}, 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := filterVariants(all, tt.subs)
+			if len(got) != tt.count {
+				t.Fatalf("%d phases, want %d", len(got), tt.count)
+			}
+			for _, p := range got {
+				if !tt.check(p) {
+					t.Errorf("unexpected phase %s %s %s", p.workload, p.variant, p.peer)
+				}
+			}
+		})
 	}
 }

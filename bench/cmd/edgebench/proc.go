@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -71,6 +72,40 @@ func procStatus(pid int, field string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("proc status: no %s", field)
+}
+
+// ioCalls are a process's read-class and write-class system calls so far
+// (syscr and syscw of /proc/PID/io, all threads, live and exited): read,
+// readv, pread and the like, and write, writev, pwrite and the like, on
+// any descriptor, sockets included (recvfrom, recvmsg, sendto and sendmsg
+// are not counted). The kernel keeps them always, so they cost nothing to
+// read.
+type ioCalls struct{ reads, writes int64 }
+
+func procIO(pid int) (ioCalls, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return ioCalls{}, err
+	}
+	c := ioCalls{-1, -1}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch {
+		case k != "syscr" && k != "syscw":
+			continue
+		case err != nil:
+			return ioCalls{}, fmt.Errorf("proc io: bad %s %q", k, v)
+		case k == "syscr":
+			c.reads = n
+		default:
+			c.writes = n
+		}
+	}
+	if c.reads < 0 || c.writes < 0 {
+		return ioCalls{}, errors.New("proc io: no syscr or syscw")
+	}
+	return c, nil
 }
 
 // rssKiB is the resident set size of a process in KiB.

@@ -31,6 +31,11 @@ type Record struct {
 	Server *Usage `json:"server,omitempty"` // the server process over the window
 	Client *Usage `json:"client,omitempty"` // the load generator (this harness) over the window
 
+	// Syscalls are the server's system calls over the window (perf stat);
+	// SyscallsOff says why they were not counted in this run.
+	Syscalls    *Syscalls `json:"syscalls,omitempty"`
+	SyscallsOff string    `json:"syscalls_off,omitempty"`
+
 	// Idle connections (W3).
 	Conns          int     `json:"conns,omitempty"`
 	RSSBaseKiB     int64   `json:"rss_base_kib,omitempty"`
@@ -59,6 +64,7 @@ type Usage struct {
 type sampler struct {
 	pid  int
 	perf *perfRecorder // nil: no profile
+	stat *perfStat     // nil: no syscall count
 	// pprof: fetch a Go CPU profile of pprofSeconds into pprofPath over the
 	// window (edge with -pprof).
 	pprofAddr    string
@@ -69,6 +75,9 @@ type sampler struct {
 	s0, s1       cpuTimes
 	c0, c1       cpuTimes
 	rss          int64
+	io0, io1     ioCalls // with stat: reads and writes at the window's edges
+	ioErr        error
+	ops          int64 // the operations usage divided by
 	err          error
 }
 
@@ -83,6 +92,10 @@ func (s *sampler) start() {
 	if s.pprofAddr != "" && s.pprofPath != "" {
 		s.pprofDone = cpuProfile(s.pprofAddr, s.pprofSeconds, s.pprofPath)
 	}
+	if s.stat != nil {
+		s.stat.enable()
+		s.io0, s.ioErr = procIO(s.pid)
+	}
 	s.t0 = time.Now()
 	s.c0 = selfCPU()
 	s.s0, s.err = procCPU(s.pid)
@@ -95,14 +108,34 @@ func (s *sampler) end() {
 	if s.s1, err = procCPU(s.pid); err != nil && s.err == nil {
 		s.err = err
 	}
+	if s.stat != nil {
+		var err error
+		if s.io1, err = procIO(s.pid); err != nil && s.ioErr == nil {
+			s.ioErr = err
+		}
+		s.stat.disable()
+	}
 	s.rss, _ = rssKiB(s.pid)
 	if s.perf != nil {
 		s.perf.stop()
 	}
 }
 
+// readsWrites returns the server's reads and writes over the window (with
+// stat), or nil and why not.
+func (s *sampler) readsWrites() (*ioCalls, error) {
+	if s.ioErr != nil {
+		return nil, s.ioErr
+	}
+	if s.t1.IsZero() {
+		return nil, nil
+	}
+	return &ioCalls{s.io1.reads - s.io0.reads, s.io1.writes - s.io0.writes}, nil
+}
+
 // usage returns the server's and the client's use per op.
 func (s *sampler) usage(ops int64) (server, client *Usage) {
+	s.ops = ops
 	if s.t1.IsZero() || s.err != nil {
 		return nil, nil
 	}

@@ -125,6 +125,15 @@ func cliCPU(x *Record) float64 {
 	return x.Client.UsPerOp
 }
 
+// sysPerOp is the server's system calls per operation over the window
+// (perf stat).
+func sysPerOp(x *Record) float64 {
+	if x == nil || !x.OK || x.Syscalls == nil || x.Syscalls.PerOp == 0 {
+		return math.NaN()
+	}
+	return x.Syscalls.PerOp
+}
+
 func util(x *Record) string {
 	if x == nil || x.Server == nil {
 		return "-"
@@ -226,6 +235,7 @@ func writeReport(dir string, recs []Record) error {
 		"it is the figure that compares servers fairly even when the generator, not the server, limits throughput. " +
 		"*Generator us/op* is the harness's own CPU per operation; when it is close to a full core (util) the run was " +
 		"generator-bound. Latencies are HDR percentiles in microseconds. bench/README.md explains each workload.\n\n")
+	b.WriteString(syscallNote(recs))
 
 	sections := []struct {
 		w     string
@@ -281,6 +291,35 @@ func writeReport(dir string, recs []Record) error {
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
 }
 
+// syscallNote explains the syscalls/op columns, or says why they are empty.
+func syscallNote(recs []Record) string {
+	var off []string
+	counted := false
+	for _, x := range recs {
+		counted = counted || x.Syscalls != nil
+		if x.SyscallsOff != "" && !contains(off, x.SyscallsOff) {
+			off = append(off, x.SyscallsOff)
+		}
+	}
+	var b strings.Builder
+	if counted {
+		b.WriteString("*Syscalls/op* is the server's system calls in the measured window (`perf stat` on the " +
+			"raw_syscalls:sys_enter tracepoint, attached before the window and enabled only during it) divided by the " +
+			"operations completed in it; results.jsonl has the reads and writes (/proc/PID/io) and the epoll waits per operation. " +
+			"Counting charges the server a little kernel time per call (see bench/README.md).")
+	}
+	if len(off) > 0 {
+		if counted {
+			b.WriteString(" ")
+		}
+		b.WriteString("System calls were not counted (syscalls/op shows -): " + strings.Join(off, "; ") + ".")
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n\n")
+	}
+	return b.String()
+}
+
 func grid(r *report, w string, f func(*Record) float64) ([]string, []string, [][]float64) {
 	variants, peers := r.axes(w)
 	vals := make([][]float64, len(variants))
@@ -300,17 +339,17 @@ func grid(r *report, w string, f func(*Record) float64) ([]string, []string, [][
 
 func w1Section(r *report, b *strings.Builder) []panel {
 	variants, peers := r.axes("W1")
-	t := table{head: []string{"variant", "server", "req/s", "vs edge", "server CPU us/req", "vs edge", "server util", "generator us/req", "generator util", "p50 us", "p99 us", "p99.9 us"}}
+	t := table{head: []string{"variant", "server", "req/s", "vs edge", "server CPU us/req", "vs edge", "server util", "syscalls/req", "generator us/req", "generator util", "p50 us", "p99 us", "p99.9 us"}}
 	for _, v := range variants {
 		e := r.get("W1", v, "edge")
 		for _, p := range peers {
 			x := r.get("W1", v, p)
 			if failed(x) || x == nil {
-				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "", "")
+				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "", "", "")
 				continue
 			}
 			t.add(v, p, num(tput(x)), ratio(tput(x), tput(e)), num(srvCPU(x)), ratio(srvCPU(x), srvCPU(e)), util(x),
-				num(cliCPU(x)), genUtil(x), num(lat(x, "p50")), num(lat(x, "p99")), num(lat(x, "p999")))
+				num(sysPerOp(x)), num(cliCPU(x)), genUtil(x), num(lat(x, "p50")), num(lat(x, "p99")), num(lat(x, "p999")))
 		}
 	}
 	b.WriteString("Closed loop: `cN wW` is N connections each with W requests in flight; params of 16 B or 1 KiB echoed back.\n\n")
@@ -323,12 +362,12 @@ func w1Section(r *report, b *strings.Builder) []panel {
 
 func w2Section(r *report, b *strings.Builder) []panel {
 	variants, peers := r.axes("W2")
-	t := table{head: []string{"offered", "server", "achieved req/s", "p50 us", "p99 us", "p99.9 us", "max us", "generator lag p99 us", "generator util", "server CPU us/req", "server util"}}
+	t := table{head: []string{"offered", "server", "achieved req/s", "p50 us", "p99 us", "p99.9 us", "max us", "generator lag p99 us", "generator util", "server CPU us/req", "server util", "syscalls/req"}}
 	for _, v := range variants {
 		for _, p := range peers {
 			x := r.get("W2", v, p)
 			if failed(x) || x == nil {
-				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "")
+				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "", "")
 				continue
 			}
 			lag := math.NaN()
@@ -336,7 +375,7 @@ func w2Section(r *report, b *strings.Builder) []panel {
 				lag = x.SendLag.P99
 			}
 			t.add(v, p, num(tput(x)), num(lat(x, "p50")), num(lat(x, "p99")), num(lat(x, "p999")), num(lat(x, "max")),
-				num(lag), genUtil(x), num(srvCPU(x)), util(x))
+				num(lag), genUtil(x), num(srvCPU(x)), util(x), num(sysPerOp(x)))
 		}
 	}
 	b.WriteString("Open loop: requests are scheduled at a fixed total rate over 1,000 connections and each latency runs from the " +
@@ -387,14 +426,14 @@ func w3Section(r *report, b *strings.Builder) []panel {
 
 func w4Section(r *report, b *strings.Builder) []panel {
 	variants, peers := r.axes("W4")
-	t := table{head: []string{"subscribers", "server", "offered deliveries/s", "deliveries/s", "vs edge", "p50 us", "p99 us", "p99.9 us",
-		"lost", "publish RTT p99 us", "generator lag p99 us", "generator util", "server CPU us/delivery", "server util"}}
+	t := table{head: []string{"variant", "server", "offered deliveries/s", "deliveries/s", "vs edge", "p50 us", "p99 us", "p99.9 us",
+		"lost", "publish RTT p99 us", "generator lag p99 us", "generator util", "server CPU us/delivery", "server util", "syscalls/delivery"}}
 	for _, v := range variants {
 		e := r.get("W4", v, "edge")
 		for _, p := range peers {
 			x := r.get("W4", v, p)
 			if failed(x) || x == nil {
-				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "", "", "", "")
+				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "", "", "", "", "")
 				continue
 			}
 			off := "-"
@@ -402,10 +441,12 @@ func w4Section(r *report, b *strings.Builder) []panel {
 				off = num(f)
 			}
 			t.add(v, p, off, num(tput(x)), ratio(tput(x), tput(e)), num(lat(x, "p50")), num(lat(x, "p99")), num(lat(x, "p999")),
-				num(extra(x, "lost")), num(extra(x, "publish_rtt.p99_us")), num(extra(x, "send_lag.p99_us")), genUtil(x), num(srvCPU(x)), util(x))
+				num(extra(x, "lost")), num(extra(x, "publish_rtt.p99_us")), num(extra(x, "send_lag.p99_us")), genUtil(x), num(srvCPU(x)), util(x),
+				num(sysPerOp(x)))
 		}
 	}
-	b.WriteString("Every subscriber connection subscribes to one topic; one publisher connection publishes 128 B events on a " +
+	b.WriteString("`N subs R/s`: N subscriber connections, R offered deliveries per second. " +
+		"Every subscriber connection subscribes to one topic; one publisher connection publishes 128 B events on a " +
 		"fixed schedule (offered deliveries = publish rate x subscribers). Deliveries/s counts events received in the window. " +
 		"Latency runs from the moment the publisher sent the event (carried in it) to its receipt. *Lost*: deliveries of " +
 		"events published in the window still missing 2 s after it. *Publish RTT*: the publisher's request round trip. " +
@@ -467,17 +508,17 @@ func w5Section(r *report, b *strings.Builder) []panel {
 
 func w6Section(r *report, b *strings.Builder) []panel {
 	variants, peers := r.axes("W6")
-	t := table{head: []string{"workers", "server", "upgrades/s", "vs edge", "server CPU us/upgrade", "vs edge", "cycle p50 us", "cycle p99 us", "errors", "close timeouts"}}
+	t := table{head: []string{"workers", "server", "upgrades/s", "vs edge", "server CPU us/upgrade", "vs edge", "syscalls/upgrade", "cycle p50 us", "cycle p99 us", "errors", "close timeouts"}}
 	for _, v := range variants {
 		e := r.get("W6", v, "edge")
 		for _, p := range peers {
 			x := r.get("W6", v, p)
 			if failed(x) || x == nil {
-				t.add(v, p, failCell(x), "", "", "", "", "", "", "")
+				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "")
 				continue
 			}
 			t.add(v, p, num(tput(x)), ratio(tput(x), tput(e)), num(srvCPU(x)), ratio(srvCPU(x), srvCPU(e)),
-				num(lat(x, "p50")), num(lat(x, "p99")), fmt.Sprint(x.Errors), num(extra(x, "close_timeouts")))
+				num(sysPerOp(x)), num(lat(x, "p50")), num(lat(x, "p99")), fmt.Sprint(x.Errors), num(extra(x, "close_timeouts")))
 		}
 	}
 	b.WriteString("Each worker repeats: TCP connect, WebSocket upgrade (centrifuge: and connect), one echo, closing handshake.\n\n")

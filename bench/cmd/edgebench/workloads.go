@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,8 +28,8 @@ type matrix struct {
 	w3Settle, w3Hold time.Duration
 
 	w4Subs       []int
-	w4Deliveries float64 // offered deliveries per second: publish rate = this / subscribers
-	w4MaxRate    float64 // cap on publishes per second
+	w4Deliveries []float64 // offered deliveries per second, each run for every subscriber count: publish rate = this / subscribers
+	w4MaxRate    float64   // cap on publishes per second
 	w4EventSize  int
 
 	w5 load.StormConfig
@@ -72,7 +73,7 @@ func standardMatrix() matrix {
 		w1:      []w1Variant{{50, 1, 16}, {50, 1, 1024}, {4, 64, 16}, {4, 64, 1024}},
 		w2Conns: 1000, w2Rates: []float64{10000, 30000, 60000}, w2Peers: []string{"edge", "raw", "gorilla", "nbio"},
 		w3Counts: []int{1000, 10000, 15000}, w3Settle: time.Second, w3Hold: 2 * time.Second,
-		w4Subs: []int{1000, 10000}, w4Deliveries: 100000, w4MaxRate: 1000, w4EventSize: 128,
+		w4Subs: []int{1000, 10000}, w4Deliveries: []float64{100000, 500000}, w4MaxRate: 1000, w4EventSize: 128,
 		w5: load.StormConfig{StormConns: 1000, Rate: 10000, SleepMs: 50, CancelFraction: 0.9,
 			CancelWithin: 5 * time.Millisecond, EchoConns: 50, EchoRate: 5000, Quiet: 3 * time.Second, Storm: 4 * time.Second},
 		w6Workers: 8,
@@ -86,7 +87,7 @@ func quickMatrix() matrix {
 		w1:      []w1Variant{{50, 1, 16}, {50, 1, 1024}, {4, 64, 16}, {4, 64, 1024}},
 		w2Conns: 100, w2Rates: []float64{5000}, w2Peers: []string{"edge", "raw", "gorilla", "nbio"},
 		w3Counts: []int{500}, w3Settle: 200 * time.Millisecond, w3Hold: 500 * time.Millisecond,
-		w4Subs: []int{100}, w4Deliveries: 20000, w4MaxRate: 1000, w4EventSize: 128,
+		w4Subs: []int{100}, w4Deliveries: []float64{20000}, w4MaxRate: 1000, w4EventSize: 128,
 		w5: load.StormConfig{StormConns: 100, Rate: 2000, SleepMs: 50, CancelFraction: 0.9,
 			CancelWithin: 5 * time.Millisecond, EchoConns: 10, EchoRate: 1000, Quiet: time.Second, Storm: time.Second},
 		w6Workers: 4,
@@ -94,19 +95,22 @@ func quickMatrix() matrix {
 	}
 }
 
+// parseNums parses a comma-separated list of positive numbers (a matrix
+// flag's value).
+func parseNums(flagName, s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("-%s: bad value %q", flagName, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // override applies the matrix flags.
 func (m *matrix) override(o *options) error {
-	nums := func(flagName, s string) ([]float64, error) {
-		var out []float64
-		for _, f := range strings.Split(s, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("-%s: bad value %q", flagName, f)
-			}
-			out = append(out, v)
-		}
-		return out, nil
-	}
 	ints := func(vs []float64) []int {
 		out := make([]int, len(vs))
 		for i, v := range vs {
@@ -115,28 +119,32 @@ func (m *matrix) override(o *options) error {
 		return out
 	}
 	if o.w2Rates != "" {
-		v, err := nums("w2-rates", o.w2Rates)
+		v, err := parseNums("w2-rates", o.w2Rates)
 		if err != nil {
 			return err
 		}
 		m.w2Rates = v
 	}
 	if o.w3Conns != "" {
-		v, err := nums("w3-conns", o.w3Conns)
+		v, err := parseNums("w3-conns", o.w3Conns)
 		if err != nil {
 			return err
 		}
 		m.w3Counts = ints(v)
 	}
 	if o.w4Subs != "" {
-		v, err := nums("w4-subs", o.w4Subs)
+		v, err := parseNums("w4-subs", o.w4Subs)
 		if err != nil {
 			return err
 		}
 		m.w4Subs = ints(v)
 	}
-	if o.w4Offered > 0 {
-		m.w4Deliveries = o.w4Offered
+	if o.w4Offered != "" {
+		v, err := parseNums("w4-deliveries", o.w4Offered)
+		if err != nil {
+			return err
+		}
+		m.w4Deliveries = v
 	}
 	return nil
 }
@@ -200,10 +208,14 @@ func (m matrix) phases(workloads, peers []string) []phase {
 		}
 	}
 	if has("W4") {
+		seen := map[string]bool{} // offered rates capped to the same publish rate run once
 		for _, n := range m.w4Subs {
-			for _, p := range peersOf(nil) {
-				if p != "raw" {
-					ps = append(ps, m.w4Phase(n, p))
+			for _, d := range m.w4Deliveries {
+				for _, p := range peersOf(nil) {
+					if ph := m.w4Phase(n, d, p); p != "raw" && !seen[ph.variant+"|"+p] {
+						seen[ph.variant+"|"+p] = true
+						ps = append(ps, ph)
+					}
 				}
 			}
 		}
@@ -319,9 +331,12 @@ func (m matrix) w3Phase(n int, peer string) phase {
 		}}
 }
 
-func (m matrix) w4Phase(subs int, peer string) phase {
-	rate := min(m.w4Deliveries/float64(subs), m.w4MaxRate)
-	return phase{workload: "W4", variant: fmt.Sprintf("%d subs", subs), peer: peer, window: m.measure,
+// w4Phase is one fan-out phase: subs subscribers, offered deliveries per
+// second in total (capped at w4MaxRate publishes per second). The variant
+// names the offered rate actually run, so that two rates never share a row.
+func (m matrix) w4Phase(subs int, offered float64, peer string) phase {
+	rate := min(offered/float64(subs), m.w4MaxRate)
+	return phase{workload: "W4", variant: fmt.Sprintf("%d subs %s", subs, rateName(rate*float64(subs))), peer: peer, window: m.measure,
 		params: map[string]any{"subscribers": subs, "publish_rate": rate, "event_bytes": m.w4EventSize,
 			"offered_deliveries": rate * float64(subs)},
 		budget: m.warmup + m.measure + time.Duration(subs)*200*time.Microsecond + 2*time.Second,
@@ -454,6 +469,43 @@ func (pc *phaseCtx) fill(res load.Result, unit string) {
 	if res.Errors > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d error replies", res.Errors))
 	}
+}
+
+// rateName is a rate for a variant name: 500/s, 20k/s, 1.5M/s.
+func rateName(r float64) string {
+	switch {
+	case r >= 1e6:
+		return strconv.FormatFloat(r/1e6, 'g', 4, 64) + "M/s"
+	case r >= 1e3:
+		return strconv.FormatFloat(r/1e3, 'g', 4, 64) + "k/s"
+	}
+	return strconv.FormatFloat(r, 'g', 4, 64) + "/s"
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// filterVariants keeps the phases whose variant name contains one of subs
+// (-variants); no subs keeps them all.
+func filterVariants(ps []phase, subs []string) []phase {
+	if len(subs) == 0 {
+		return ps
+	}
+	var out []phase
+	for _, p := range ps {
+		if slices.ContainsFunc(subs, func(s string) bool { return strings.Contains(p.variant, s) }) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // parseList splits a comma-separated flag value; "all" or "" gives all.
