@@ -721,6 +721,10 @@ func BenchmarkClassify(b *testing.B) {
 		kind Kind
 	}{
 		{"tracked", `{"jsonrpc":"2.0","id":17,"method":"edge/echo","params":{"x":"0123456789abcdef"}}`, true, KindTracked},
+		// echo is the pipelined echo request of the load generator.
+		{"echo", `{"jsonrpc":"2.0","id":1234,"method":"edge/echo","params":{"p":"0123456789ab"}}`, true, KindTracked},
+		{"stringID", `{"jsonrpc":"2.0","id":"req-1234","method":"edge/echo","params":{"p":"0123456789ab"}}`, true, KindTracked},
+		{"spaced", `{"jsonrpc": "2.0", "id": 1234, "method": "edge/echo", "params": {"p": "0123456789ab"}}`, true, KindTracked},
 		{"cancel", `{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":17}}`, true, KindCancel},
 		{"subcancel", `{"jsonrpc":"2.0","method":"subscription/cancel","params":{"subscriptionId":"sub-1"}}`, true, KindSubCancel},
 		{"params1KiB", big, true, KindTracked},

@@ -53,12 +53,11 @@ func ValidJSON(b []byte) bool {
 
 // skipJSONSpace returns the index of the first byte at or after i that is not
 // JSON whitespace (RFC 8259 section 2: space, tab, line feed, carriage return).
+// A byte above ' ' ends it after one comparison: that is almost every call.
 func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
+	const space = 1<<' ' | 1<<'\t' | 1<<'\n' | 1<<'\r'
+	for ; i < len(b); i++ {
+		if c := b[i]; c > ' ' || space&(1<<c) == 0 {
 			return i
 		}
 	}
@@ -67,27 +66,22 @@ func skipJSONSpace(b []byte, i int) int {
 
 // scanJSONString scans the string token whose opening quote is b[i]. It returns
 // the index just past the closing quote, or -1, and whether the token holds a
-// backslash escape.
+// backslash escape. A string of printable ASCII without escapes, the usual
+// case, takes one strStop; anything else continues in scanJSONStringRest.
 func scanJSONString(b []byte, i int) (int, bool) {
+	if i = strStop(b, i+1); i < len(b) && b[i] == '"' {
+		return i + 1, false
+	}
+	return scanJSONStringRest(b, i)
+}
+
+// scanJSONStringRest is scanJSONString from i, the index of the first byte of
+// the string that is not jsonStrSafe (len(b) or more if there is none).
+func scanJSONStringRest(b []byte, i int) (int, bool) {
 	esc := false
-	i++
 	for {
-		// Find the next byte that is not jsonStrSafe: eight bytes at a time,
-		// then byte by byte near the end of the input.
-		if i+8 <= len(b) {
-			m := jsonStrStops(binary.LittleEndian.Uint64(b[i:]))
-			if m == 0 {
-				i += 8
-				continue
-			}
-			i += bits.TrailingZeros64(m) >> 3
-		} else {
-			for i < len(b) && jsonStrSafe[b[i]] {
-				i++
-			}
-			if i >= len(b) {
-				return -1, esc
-			}
+		if i >= len(b) {
+			return -1, esc
 		}
 		switch c := b[i]; {
 		case c == '"':
@@ -117,19 +111,67 @@ func scanJSONString(b []byte, i int) (int, bool) {
 			}
 			i += size
 		}
+		i = strStop(b, i)
 	}
+}
+
+// strStop returns the index of the first byte at or after i (i <= len(b))
+// that is not jsonStrSafe, or an index of len(b) or more if there is none. It
+// tests eight bytes at a time.
+func strStop(b []byte, i int) int {
+	s := b[i:]
+	j := 0
+	for ; j < len(s)-7; j += 8 {
+		if m := jsonStrStops(binary.LittleEndian.Uint64(s[j:])); m != 0 {
+			return i + j + bits.TrailingZeros64(m)>>3
+		}
+	}
+	// Fewer than eight bytes left: the zero bytes that loadTail puts past
+	// the end are stops too.
+	return i + j + bits.TrailingZeros64(jsonStrStops(loadTail(b, i+j)))>>3
+}
+
+// loadTail returns the bytes b[i:], fewer than eight, in the low bytes of a
+// little-endian word whose other bytes are zero. With at least eight bytes of
+// input it loads the last eight and shifts out the ones before i.
+func loadTail(b []byte, i int) uint64 {
+	if len(b) < 8 {
+		return loadShort(b, i)
+	}
+	return binary.LittleEndian.Uint64(b[len(b)-8:]) >> (64 - 8*uint(len(b)-i))
+}
+
+// loadShort is loadTail for inputs shorter than eight bytes.
+func loadShort(b []byte, i int) uint64 {
+	var x uint64
+	for k := len(b) - 1; k >= i; k-- {
+		x = x<<8 | uint64(b[k])
+	}
+	return x
+}
+
+// jsonNonDigits returns a mask whose lowest set bit is the high bit of the
+// first byte of x (little-endian) that is not an ASCII digit, or 0 if all
+// eight are digits. Bits above the lowest may be spurious (carries).
+func jsonNonDigits(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	d := x ^ (lo * '0')                  // digits become 0..9, every other byte 10..255
+	return ((d + lo*(0x80-10)) | d) & hi // high bit: d >= 10 (d >= 0x80 via d itself)
 }
 
 // jsonStrStops returns a mask whose lowest set bit is the high bit of the first
 // byte of x (little-endian) that is not jsonStrSafe, or 0 if all eight are
 // safe. Bits above the lowest may be spurious (borrows); they are never used.
+//
+// Per byte, x-0x20 sets the high bit below 0x20, (x^'"')-1 at '"' and
+// (x^'\\')-1 at '\\'; each also sets it for some bytes of 0x80 and above,
+// which x flags anyway. A borrow only leaves a byte that is a stop itself, so
+// nothing below the first stop is flagged.
 func jsonStrStops(x uint64) uint64 {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	quote := x ^ (lo * '"')
-	bslash := x ^ (lo * '\\')
-	ctl := (x - lo*0x20) &^ x      // bytes < 0x20
-	q := (quote - lo) &^ quote     // bytes == '"'
-	bs := (bslash - lo) &^ bslash  // bytes == '\\'
+	ctl := x - lo*0x20             // bytes < 0x20
+	q := (x ^ (lo * '"')) - lo     // bytes == '"'
+	bs := (x ^ (lo * '\\')) - lo   // bytes == '\\'
 	return (ctl | q | bs | x) & hi // x: bytes >= 0x80
 }
 

@@ -283,3 +283,59 @@ func TestJSONStrStops(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONNonDigits checks the eight-byte digit scan exhaustively for one and
+// two non-digit bytes, like TestJSONStrStops.
+func TestJSONNonDigits(t *testing.T) {
+	first := func(x [8]byte) int {
+		for i, c := range x {
+			if c < '0' || c > '9' {
+				return i
+			}
+		}
+		return 8
+	}
+	got := func(x [8]byte) int {
+		return bits.TrailingZeros64(jsonNonDigits(binary.LittleEndian.Uint64(x[:]))) >> 3
+	}
+	for c1 := range 256 {
+		for c2 := range 256 {
+			for p := range 8 {
+				for q := p; q < 8; q++ {
+					x := [8]byte{'5', '0', '9', '1', '8', '2', '7', '3'}
+					x[p], x[q] = byte(c1), byte(c2)
+					if g, w := got(x), first(x); g != w {
+						t.Fatalf("jsonNonDigits(%q): first non-digit %d, want %d", x[:], g, w)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestJSONStrStop checks strStop (and loadTail behind it) for every input
+// length up to 24, start and stop position, with stop bytes also placed before
+// the start, where they must be ignored (loadTail shifts them out, and their
+// borrows with them).
+func TestJSONStrStop(t *testing.T) {
+	stops := []byte{'"', '\\', 0x00, 0x1f, 0x80, 0xff}
+	for n := 0; n <= 24; n++ {
+		for i := 0; i <= n; i++ {
+			for k := i; k <= n; k++ { // k == n: no stop at or after i
+				for _, c := range stops {
+					b := []byte(strings.Repeat("a", n))
+					for j := range i {
+						b[j] = stops[(j+int(c))%len(stops)]
+					}
+					if k < n {
+						b[k] = c
+					}
+					got := strStop(b, i)
+					if k < n && got != k || k == n && got < n {
+						t.Fatalf("strStop(%q, %d) = %d, want %d", b, i, got, k)
+					}
+				}
+			}
+		}
+	}
+}
