@@ -23,25 +23,27 @@ type idTable struct {
 	strs map[string]*Task
 }
 
-// lookup finds the task holding the id whose canonical key bytes (from
-// codec.IDKey: a type tag, then the canonical digits or unescaped string) are
-// key. It does not allocate.
-func (tb *idTable) lookup(kind codec.IDKind, key []byte) (*Task, bool) {
+// find returns the identity of an id token as Classify reported it, and the
+// task holding that id, if any. An integer id is parsed once, from its token;
+// for a string id the key's string is not made yet (it would allocate, and
+// most lookups are for new ids): scratch receives the canonical key bytes
+// (codec.IDKey) and key.s stays empty until own fills it.
+func (tb *idTable) find(kind codec.IDKind, tok []byte, scratch *[]byte) (key idKey, t *Task) {
 	if kind == codec.IDInt {
-		t := tb.ints.get(parseCanonicalInt(key[1:]))
-		return t, t != nil
+		key = idKey{kind: kind, n: parseIntID(tok)}
+		return key, tb.ints.get(key.n)
 	}
-	t, ok := tb.strs[string(key[1:])]
-	return t, ok
+	*scratch = codec.IDKey((*scratch)[:0], kind, tok)
+	return idKey{kind: kind}, tb.strs[string((*scratch)[1:])]
 }
 
-// makeKey returns the idKey of canonical key bytes; for string ids it
-// allocates the string that the table keeps.
-func makeKey(kind codec.IDKind, key []byte) idKey {
-	if kind == codec.IDInt {
-		return idKey{kind: kind, n: parseCanonicalInt(key[1:])}
+// own completes a key from find for keeping in the table: a string id gets
+// its string, made from the canonical bytes find left in scratch.
+func own(key idKey, scratch []byte) idKey {
+	if key.kind == codec.IDString {
+		key.s = string(scratch[1:])
 	}
-	return idKey{kind: kind, s: string(key[1:])}
+	return key
 }
 
 // get returns the task holding k.
@@ -191,9 +193,9 @@ func (m *intTable) grow() {
 	}
 }
 
-// parseCanonicalInt parses the canonical digits of an int64 id as produced by
-// codec.IDKey (the classifier has already checked that it fits an int64).
-func parseCanonicalInt(b []byte) int64 {
+// parseIntID parses an integer id token as Classify reported it (IDInt: a
+// JSON integer within int64, no fraction or exponent). -0 is 0, the same id.
+func parseIntID(b []byte) int64 {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {
 		b = b[1:]

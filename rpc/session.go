@@ -162,9 +162,10 @@ func (s *Session) nullError(code codec.Code, message string) {
 // request admits and dispatches a tracked or untracked request (CONTRACT.md
 // sections 2.5 and 3).
 func (s *Session) request(env *codec.Envelope, tracked bool) {
+	var key idKey
 	if tracked {
-		s.key = codec.IDKey(s.key[:0], env.IDKind, env.ID)
-		if _, dup := s.inflight.lookup(env.IDKind, s.key); dup {
+		var holder *Task
+		if key, holder = s.inflight.find(env.IDKind, env.ID, &s.key); holder != nil {
 			s.sendError(env.ID, codec.CodeInvalidRequest, "Invalid Request", "DUPLICATE_REQUEST_ID", nil)
 			return
 		}
@@ -210,20 +211,21 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 		s.sendError(env.ID, codec.CodeServerError, "Server busy", "SERVER_BUSY", nil)
 		return
 	}
-	s.dispatch(env, m, tracked)
+	s.dispatch(env, m, key)
 }
 
 // dispatch hands an admitted request to a worker. The caller holds a global
-// slot; the task takes a connection slot and, if tracked, its id.
-func (s *Session) dispatch(env *codec.Envelope, m *Method, tracked bool) {
+// slot; the task takes a connection slot and, if tracked (key from
+// idTable.find), its id.
+func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey) {
 	s.gen++
 	t := s.newTask()
 	t.sess, t.gen, t.method = s, s.gen, m
 	t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
 	n := len(env.ID)
 	t.id, t.params = t.buf[:n:n], t.buf[n:]
-	if tracked {
-		t.key = makeKey(env.IDKind, s.key)
+	if key.tracked() {
+		t.key = own(key, s.key)
 		s.inflight.put(t.key, t)
 	}
 	if m.Kind == Subscription {
@@ -271,9 +273,8 @@ func (s *Session) Complete(t *Task) {
 // freed at once and its backend context cancelled; its slot stays taken until
 // the worker returns. Unknown ids are a silent no-op.
 func (s *Session) cancel(kind codec.IDKind, id []byte) {
-	s.key = codec.IDKey(s.key[:0], kind, id)
-	t, ok := s.inflight.lookup(kind, s.key)
-	if !ok || t.sub != nil {
+	_, t := s.inflight.find(kind, id, &s.key)
+	if t == nil || t.sub != nil {
 		return // unknown, completed, or establishing a subscription: no-op
 	}
 	s.inflight.del(t.key)
