@@ -3,6 +3,7 @@ package load
 import (
 	"bufio"
 	"math"
+	"net"
 	"strconv"
 	"testing"
 
@@ -114,5 +115,38 @@ func BenchmarkClassify(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// discardConn is a net.Conn that accepts every write.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// BenchmarkOpenLoopRequest is the open loop's per-request work without the
+// syscalls: build and write one request on schedule (slot bookkeeping, lag
+// sample), then classify its reply, match it and record its latency. It must
+// not allocate.
+func BenchmarkOpenLoopRequest(b *testing.B) {
+	params := Params(16)
+	req, off := JSONRPC{}.Echo(params)
+	c := &Conn{nc: discardConn{}, d: JSONRPC{}, mask: [4]byte{1, 2, 3, 4}}
+	t := NewTemplate(req, c.Mask(), 0, off)
+	o := &openConn{c: c, tmpl: t, ring: make([]openSlot, openRing), wbuf: make([]byte, 0, t.Len())}
+	l := &openLoop{conns: []*openConn{o}, d: JSONRPC{}, win: Window{Start: 0, End: math.MaxInt64},
+		lat: LatBuf{R: NewRecorder()}, lag: LatBuf{R: NewRecorder()}}
+	rs := newReplyStream(params, 1)
+	reply := make([]byte, len(rs.frame))
+	b.SetBytes(int64(len(req)))
+	b.ReportAllocs()
+	for b.Loop() {
+		seq := o.next
+		l.send(o, Now())
+		rs.seq = seq
+		rs.Read(reply)
+		l.handle(o, reply[2:], Now()) // the payload, after a 2-byte frame header
+	}
+	if l.unmatched != 0 || l.replies == 0 || l.outstanding != 0 {
+		b.Fatalf("unmatched %d replies %d outstanding %d", l.unmatched, l.replies, l.outstanding)
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
 )
 
 // Target is a WebSocket server speaking one dialect.
@@ -29,21 +31,85 @@ const DefaultReadBuffer = 16 << 10
 // whose buffered bytes are parsed in place, and writes of pre-masked frames.
 // Next must be called from one goroutine; Write and WriteControl are safe for
 // concurrent use with each other and with Next.
+//
+// A loop that multiplexes many connections on one goroutine (the open loop)
+// attaches them: reads and writes then go straight to the socket without
+// ever blocking (see attach).
 type Conn struct {
 	nc   net.Conn
+	src  *connReader // what br reads from; nil for a Conn built around a fake net.Conn
 	br   *bufio.Reader
 	d    Dialect
 	mask [4]byte // immutable after Dial
 
-	wmu sync.Mutex
-	ctl []byte // guarded by wmu: scratch for control frames
+	wmu     sync.Mutex
+	ctl     []byte // guarded by wmu: scratch for control frames
+	direct  bool   // guarded by wmu: attached: non-blocking writes straight to wfd
+	wfd     int    // guarded by wmu: the socket while direct
+	backlog []byte // guarded by wmu: bytes accepted while direct that the socket has not taken yet
 
-	pend int    // reader-owned: bytes of the last message still in br
-	big  []byte // reader-owned: messages that do not fit br, and fragmented ones
-	frag bool   // reader-owned: inside a fragmented message
-	rest []byte // reader-owned: further newline-separated messages of the last frame
-	at   int64  // reader-owned: when the bytes of the last message arrived (see At)
-	read bool   // reader-owned: Next read from the socket since the last message
+	pend    int    // reader-owned: bytes of the last message still in br
+	big     []byte // reader-owned: messages that do not fit br, and fragmented ones
+	bigLeft int    // reader-owned: payload bytes of a frame larger than br still to read into big
+	bigHdr  Header // reader-owned: that frame's header
+	frag    bool   // reader-owned: inside a fragmented message
+	rest    []byte // reader-owned: further newline-separated messages of the last frame
+	at      int64  // reader-owned: when the bytes of the last message arrived (see At)
+	read    bool   // reader-owned: Next read from the socket since the last message
+}
+
+// connReader is the source of a Conn's bufio.Reader: first the bytes the
+// handshake read past the upgrade response, then the socket, through the Go
+// netpoller, or, while the Conn is attached, with direct non-blocking reads.
+// Every field is owned by the Conn's reader.
+type connReader struct {
+	nc      net.Conn
+	pre     []byte // bytes read past the upgrade response, not yet consumed
+	fd      int    // the socket, while direct
+	direct  bool   // attached: read fd directly, never wait
+	drained bool   // direct: the last read came back short, so the socket had nothing more
+	at      int64  // when the last read that returned data returned (generator clock)
+}
+
+// Read reads what the source has. While attached it reads the socket at most
+// until one read comes back short and then reports errWouldBlock without a
+// syscall until the loop marks the socket readable again (Conn.readable): a
+// short read from a TCP socket means its receive queue was empty, so the
+// loop's read-per-readiness costs one syscall, not one plus an empty read.
+func (r *connReader) Read(p []byte) (int, error) {
+	if len(r.pre) > 0 {
+		n := copy(p, r.pre)
+		r.pre = r.pre[n:]
+		r.at = Now()
+		return n, nil
+	}
+	if !r.direct {
+		n, err := r.nc.Read(p)
+		if n > 0 {
+			r.at = Now()
+		}
+		return n, err
+	}
+	if r.drained || len(p) == 0 {
+		return 0, errWouldBlock
+	}
+	for {
+		n, e := rawRead(r.fd, p)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			r.drained = true
+			return 0, errWouldBlock
+		case e != 0:
+			return 0, e
+		case n == 0:
+			return 0, io.EOF
+		}
+		r.at = Now()
+		r.drained = n < len(p)
+		return n, nil
+	}
 }
 
 // Dial connects and upgrades, then performs the dialect's hello exchange
@@ -61,13 +127,13 @@ func Dial(ctx context.Context, t Target, readBuf int) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var src io.Reader = nc
+	src := &connReader{nc: nc, fd: -1}
 	if br != nil {
 		pre, _ := br.Peek(br.Buffered())
-		src = io.MultiReader(bytes.NewReader(append([]byte(nil), pre...)), nc)
+		src.pre = append([]byte(nil), pre...)
 		ws.PutReader(br)
 	}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(src, readBuf), d: t.Dialect}
+	c := &Conn{nc: nc, src: src, br: bufio.NewReaderSize(src, readBuf), d: t.Dialect}
 	if _, err := rand.Read(c.mask[:]); err != nil {
 		nc.Close()
 		return nil, err
@@ -120,11 +186,151 @@ func (c *Conn) Dialect() Dialect { return c.d }
 // NetConn is the underlying socket (deadlines, close).
 func (c *Conn) NetConn() net.Conn { return c.nc }
 
-// Write writes pre-built wire bytes. Safe for concurrent use.
+// Write writes pre-built wire bytes. While the Conn is attached it never
+// blocks: what the socket does not take now is kept and written, in order,
+// by flushBacklog; b is refused whole with errBacklog when that would keep
+// more than backlogLimit bytes. Safe for concurrent use.
 func (c *Conn) Write(b []byte) error {
 	c.wmu.Lock()
-	_, err := c.nc.Write(b)
+	err := c.write(b)
 	c.wmu.Unlock()
+	return err
+}
+
+// backlogLimit bounds the bytes an attached Conn keeps for a socket that
+// does not take them (a server that stopped reading).
+const backlogLimit = 1 << 20
+
+// write is Write with wmu held.
+func (c *Conn) write(b []byte) error {
+	if !c.direct {
+		_, err := c.nc.Write(b)
+		return err
+	}
+	if len(c.backlog) > 0 {
+		if len(c.backlog)+len(b) > backlogLimit {
+			return errBacklog
+		}
+		c.backlog = append(c.backlog, b...)
+		return c.flushLocked()
+	}
+	n, err := writeNonblock(c.wfd, b)
+	if err != nil {
+		return err
+	}
+	if n < len(b) {
+		c.backlog = append(c.backlog, b[n:]...)
+	}
+	return nil
+}
+
+// flushLocked writes as much of the backlog as the socket takes; wmu held.
+func (c *Conn) flushLocked() error {
+	for len(c.backlog) > 0 {
+		n, err := writeNonblock(c.wfd, c.backlog)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		c.backlog = c.backlog[:copy(c.backlog, c.backlog[n:])]
+	}
+	return nil
+}
+
+// writeNonblock writes b to a non-blocking socket once; a full socket is
+// not an error (n is then 0).
+func writeNonblock(fd int, b []byte) (int, error) {
+	for {
+		n, e := rawWrite(fd, b)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return 0, nil
+		case e != 0:
+			return 0, e
+		}
+		return n, nil
+	}
+}
+
+// attach hands the socket to the calling loop until detach, and returns its
+// descriptor for the loop's epoll set. Meanwhile Next reads the socket
+// directly and, once it has nothing more, returns errWouldBlock instead of
+// waiting, until the loop calls readable; writes (Write, and the pongs Next
+// sends) never block (see Write and flushBacklog). No other goroutine may use
+// c while it is attached, and c must not be closed: the descriptor would be
+// reused. Must be called from the reading goroutine.
+func (c *Conn) attach() (int, error) {
+	if c.src == nil {
+		return -1, errNotSocket
+	}
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return -1, errNotSocket
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	// Go's sockets are non-blocking already; make sure, a blocked read
+	// would stall every connection of the loop.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return -1, err
+	}
+	c.src.fd, c.src.direct, c.src.drained = fd, true, false
+	c.wmu.Lock()
+	c.wfd, c.direct = fd, true
+	c.wmu.Unlock()
+	return fd, nil
+}
+
+// readable tells an attached Conn that its socket has something to read:
+// Next reads it again. Must be called from the reading goroutine.
+func (c *Conn) readable() { c.src.drained = false }
+
+// flushBacklog writes what the socket takes of the bytes an attached Conn
+// kept; pending reports whether some are still waiting.
+// Safe for concurrent use.
+func (c *Conn) flushBacklog() (pending bool, err error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	err = c.flushLocked()
+	return len(c.backlog) > 0, err
+}
+
+// backlogged reports whether an attached Conn keeps bytes the socket has
+// not taken. Safe for concurrent use.
+func (c *Conn) backlogged() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return len(c.backlog) > 0
+}
+
+// detach ends attach: reads and writes go through the Go netpoller again.
+// Kept bytes are written first, waiting up to wait for the socket to take
+// them. Must be called from the reading goroutine.
+func (c *Conn) detach(wait time.Duration) error {
+	if c.src == nil || !c.src.direct {
+		return nil
+	}
+	c.src.direct, c.src.fd = false, -1
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.direct, c.wfd = false, -1
+	if len(c.backlog) == 0 {
+		return nil
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(wait))
+	_, err := c.nc.Write(c.backlog)
+	c.nc.SetWriteDeadline(time.Time{})
+	c.backlog = c.backlog[:0]
 	return err
 }
 
@@ -138,7 +344,7 @@ func (c *Conn) WriteText(payload []byte) error {
 func (c *Conn) WriteControl(op ws.OpCode, payload []byte) error {
 	c.wmu.Lock()
 	c.ctl = AppendControl(c.ctl[:0], op, payload, c.mask)
-	_, err := c.nc.Write(c.ctl)
+	err := c.write(c.ctl)
 	c.wmu.Unlock()
 	return err
 }
@@ -162,9 +368,9 @@ func (c *Conn) Ready() bool {
 }
 
 // At is when the last message returned by Next arrived on the generator
-// clock: the time the read that completed it returned. Messages parsed from
-// one read share it, so the clock is read once per read, not per message.
-// Must be called from the reading goroutine.
+// clock: the time the read that completed it returned (taken right after the
+// read). Messages parsed from one read share it, so the clock is read once
+// per read, not per message. Must be called from the reading goroutine.
 func (c *Conn) At() int64 { return c.at }
 
 // peek is bufio.Reader.Peek that notes when it has to read the socket.
@@ -177,7 +383,11 @@ func (c *Conn) peek(n int) ([]byte, error) {
 
 func (c *Conn) ret(msg []byte) ([]byte, error) {
 	if c.read || c.at == 0 {
-		c.at = Now()
+		if c.src != nil && c.src.at != 0 {
+			c.at = c.src.at
+		} else {
+			c.at = Now()
+		}
 		c.read = false
 	}
 	return msg, nil
@@ -187,12 +397,24 @@ func (c *Conn) ret(msg []byte) ([]byte, error) {
 // reassembling fragments on the way. The message is valid until the next call
 // of Next. It does not allocate unless a message is larger than the read
 // buffer or fragmented (then a per-connection scratch buffer grows once).
+// While the Conn is attached it returns errWouldBlock when the socket has
+// nothing more, and resumes where it stopped on the next call.
 // Must be called from one goroutine.
 func (c *Conn) Next() ([]byte, error) {
 	if len(c.rest) > 0 {
 		return c.popRest(), nil
 	}
 	for {
+		if c.bigLeft > 0 {
+			msg, ok, err := c.readBig()
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return c.ret(msg)
+			}
+			continue
+		}
 		if c.pend > 0 {
 			c.br.Discard(c.pend)
 			c.pend = 0
@@ -222,28 +444,17 @@ func (c *Conn) Next() ([]byte, error) {
 			}
 			payload, c.pend = b[hl:total], total
 		default:
+			if h.Op.IsControl() {
+				return nil, ErrFrameTooLarge
+			}
 			c.br.Discard(hl)
 			start := 0
 			if h.Op == ws.OpContinuation && c.frag {
 				start = len(c.big)
 			}
 			c.big = grow(c.big[:start], h.Len)
-			c.read = true
-			if _, err := io.ReadFull(c.br, c.big[start:]); err != nil {
-				return nil, err
-			}
-			if h.Masked {
-				ws.Cipher(c.big[start:], h.Mask, 0)
-			}
-			switch {
-			case h.Op.IsControl():
-				return nil, ErrFrameTooLarge
-			case !h.Fin:
-				c.frag = true
-				continue
-			}
-			c.frag = false
-			return c.ret(c.deliver(c.big))
+			c.bigHdr, c.bigLeft = h, h.Len
+			continue // readBig
 		}
 		if h.Masked {
 			ws.Cipher(payload, h.Mask, 0)
@@ -272,6 +483,29 @@ func (c *Conn) Next() ([]byte, error) {
 			}
 		}
 	}
+}
+
+// readBig reads the rest of a frame larger than the read buffer into the
+// tail of big; it resumes after errWouldBlock. ok reports a whole message.
+func (c *Conn) readBig() (msg []byte, ok bool, err error) {
+	c.read = true
+	for c.bigLeft > 0 {
+		n, err := c.br.Read(c.big[len(c.big)-c.bigLeft:])
+		c.bigLeft -= n
+		if err != nil && c.bigLeft > 0 {
+			return nil, false, err
+		}
+	}
+	h := c.bigHdr
+	if h.Masked {
+		ws.Cipher(c.big[len(c.big)-h.Len:], h.Mask, 0)
+	}
+	if !h.Fin {
+		c.frag = true
+		return nil, false, nil
+	}
+	c.frag = false
+	return c.deliver(c.big), true, nil
 }
 
 func grow(b []byte, n int) []byte {

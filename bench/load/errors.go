@@ -9,4 +9,14 @@ var (
 	ErrHello          = errors.New("load: handshake message refused")
 	ErrNotSupported   = errors.New("load: the dialect does not support this workload")
 	ErrNotEstablished = errors.New("load: not every connection or subscription was established")
+	ErrClosedByPeer   = errors.New("load: the server closed connections during the run")
+
+	// errWouldBlock: an attached Conn's socket has nothing more to read for
+	// now (see Conn.attach).
+	errWouldBlock = errors.New("load: no more data on the socket for now")
+	// errBacklog: an attached Conn refused a write because the bytes its
+	// socket has not taken would exceed backlogLimit.
+	errBacklog = errors.New("load: too many unsent bytes on the connection")
+	// errNotSocket: the Conn has no socket to attach (a test fake).
+	errNotSocket = errors.New("load: connection has no socket to attach")
 )

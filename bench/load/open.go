@@ -2,10 +2,12 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
+	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // OpenConfig is an open-loop (fixed-rate) run: Rate requests per second in
@@ -22,79 +24,100 @@ type OpenConfig struct {
 	ReadBuf int
 	Warmup  time.Duration
 	Measure time.Duration
-	Hooks   Hooks
+	// Drain bounds the wait, after the window, for replies still
+	// outstanding (0: 2 s).
+	Drain time.Duration
+	// Spin makes the generator poll its sockets without ever parking, and
+	// send each request exactly when due instead of a Quantum at a time.
+	// For a generator that has its core to itself: a parked generator's
+	// core halts, and on a virtual machine a halted vCPU can wake tens of
+	// microseconds, sometimes milliseconds, late, which then adds to every
+	// measured latency. The generator's CPU time then includes the
+	// spinning; SpinIdle reports how much of it found nothing to do. Other
+	// goroutines get the P only every spinYield, and see their sockets
+	// ready only through sysmon's network poll (every 10 ms): do not spin
+	// while they have timely work (W5's storm).
+	Spin  bool
+	Hooks Hooks
 	// Conns to use instead of dialling (they stay open); Conns is ignored.
+	// They must not be used by anyone else during the run.
 	Reuse []*Conn
 }
 
-// openSlot is a request in flight on an open-loop connection; the scheduler
-// writes it and the connection's reader reads it, hence the atomics.
-type openSlot struct {
-	seq   atomic.Uint64
-	start atomic.Int64 // scheduled (or earlier actual) send time; 0: free
-}
-
-// openConn is one connection of an open-loop run.
-type openConn struct {
-	c    *Conn
-	tmpl *Template
-	ring []openSlot
-	mask uint64
-	next uint64 // scheduler-owned
-	wbuf []byte // scheduler-owned
-
-	lat                        LatBuf // reader-owned
-	replies, errors, unmatched int64  // reader-owned
-	err                        error  // reader-owned
-}
-
+// openRing is the number of requests one connection may have outstanding;
+// a request scheduled on a connection with that many is skipped.
 const openRing = 1024
 
-func (o *openConn) read(win Window) {
-	defer o.lat.Flush()
-	d := o.c.Dialect()
-	for {
-		msg, err := o.c.Next()
-		if err != nil {
-			if !isTimeout(err) {
-				o.err = err
-			}
-			return
-		}
-		now := o.c.At()
-		m := d.Classify(msg)
-		switch m.Kind {
-		case KindPing:
-			o.c.WriteText(d.PingReply())
-			continue
-		case KindError:
-			o.errors++
-		case KindReply:
-		default:
-			continue
-		}
-		if !m.HasID || m.ID < IDBase {
-			continue
-		}
-		seq := m.ID - IDBase
-		s := &o.ring[seq&o.mask]
-		start := s.start.Load()
-		if start == 0 || s.seq.Load() != seq {
-			o.unmatched++
-			continue
-		}
-		s.start.Store(0)
-		if win.In(now) {
-			o.replies++
-			o.lat.Add(now - start)
-		}
-	}
+// openSlot is a request in flight: its sequence number and the time its
+// latency runs from (scheduled, or actual when sent early); start 0: free.
+type openSlot struct {
+	seq   uint64
+	start int64
 }
 
-// RunOpen runs a fixed-rate workload. The schedule is one send every
-// 1/Rate seconds from one goroutine paced by a timerfd (see Pacer); the
-// generator's own lateness is reported as SendLag.
+// openConn is one connection of an open-loop run. Every field is owned by the
+// loop's goroutine.
+type openConn struct {
+	c        *Conn
+	fd       int
+	tag      int // index in openLoop.conns, the tag of its events
+	tmpl     *Template
+	ring     []openSlot
+	next     uint64 // next sequence number
+	out      int    // requests in flight
+	wbuf     []byte
+	outWatch bool  // the poller watches the socket for writing (a backlog is waiting)
+	closed   bool  // the server closed it, or it failed: no longer used
+	err      error // why it closed
+}
+
+// openLoop is the state of one open-loop run: one goroutine sends every
+// request on schedule and reads every reply, over all connections (see
+// poller). Every field is owned by that goroutine.
+type openLoop struct {
+	cfg      OpenConfig
+	conns    []*openConn
+	p        *poller
+	d        Dialect
+	win      Window
+	t0       int64
+	interval float64
+	i        int64 // schedule index of the next request to send
+	drain    time.Duration
+
+	started, ended bool
+	drainEnd       int64
+
+	lat, lag                   LatBuf
+	spinIdle                   int64 // ns of the window spent polling with nothing to do (Spin)
+	sent, skipped              int64
+	replies, errors, unmatched int64
+	closed                     int // connections closed by the server
+	outstanding                int // requests in flight, all connections
+	firstClose                 error
+}
+
+// maxPark bounds how long the loop parks (or spins) without looking at its
+// context.
+const maxPark = int64(5 * time.Millisecond)
+
+// spinYield is how often a spinning loop yields the P to other goroutines.
+const spinYield = int64(time.Millisecond)
+
+// RunOpen runs a fixed-rate workload. The schedule is one send every 1/Rate
+// seconds; one goroutine sends every request and reads every reply, waking
+// on a timerfd and on readable sockets in its own epoll set (see poller); it
+// sends at once what is due within the next Quantum (with Spin it polls
+// instead, and sends each request when due). The generator's own
+// lateness is reported as SendLag. A connection the server closes is counted
+// in ClosedByPeer, its outstanding requests are not waited for, and the
+// requests later scheduled on it are Skipped; RunOpen then returns
+// ErrClosedByPeer with the result. Connections it dialled are closed when it
+// returns; Reuse connections are handed back usable.
 func RunOpen(ctx context.Context, cfg OpenConfig) (Result, error) {
+	if cfg.Rate <= 0 {
+		return Result{}, fmt.Errorf("load: rate %v must be positive", cfg.Rate)
+	}
 	conns := cfg.Reuse
 	if conns == nil {
 		var err error
@@ -104,120 +127,344 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (Result, error) {
 			return Result{Conns: len(conns)}, fmt.Errorf("dial: %w", err)
 		}
 	}
-	if cfg.Rate <= 0 {
-		return Result{}, fmt.Errorf("load: rate %v must be positive", cfg.Rate)
+	if len(conns) == 0 {
+		return Result{}, errors.New("load: open loop without connections")
 	}
+	p, err := newPoller(256)
+	if err != nil {
+		return Result{Conns: len(conns)}, err
+	}
+	defer p.Close()
 	rec, lagRec := NewRecorder(), NewRecorder()
-	lag := LatBuf{R: lagRec}
-	t0 := Now() + int64(10*time.Millisecond)
-	win := Window{Start: t0 + int64(cfg.Warmup), End: t0 + int64(cfg.Warmup+cfg.Measure)}
-	ocs := make([]*openConn, len(conns))
-	var wg sync.WaitGroup
+	l := &openLoop{cfg: cfg, p: p, d: conns[0].Dialect(), interval: 1e9 / cfg.Rate,
+		lat: LatBuf{R: rec}, lag: LatBuf{R: lagRec}, drain: cfg.Drain}
+	if l.drain <= 0 {
+		l.drain = 2 * time.Second
+	}
+	defer l.detach()
 	for i, c := range conns {
+		fd, err := c.attach()
+		if err != nil {
+			return Result{Conns: len(conns)}, fmt.Errorf("attach: %w", err)
+		}
 		t := NewTemplate(cfg.Request, c.Mask(), 0, cfg.IDOff)
-		ocs[i] = &openConn{c: c, tmpl: t, ring: make([]openSlot, openRing), mask: openRing - 1,
-			wbuf: make([]byte, 0, t.Len()), lat: LatBuf{R: rec}}
-		wg.Add(1)
-		go func() { defer wg.Done(); ocs[i].read(win) }()
+		o := &openConn{c: c, fd: fd, tag: i, tmpl: t, ring: make([]openSlot, openRing),
+			wbuf: make([]byte, 0, t.Len())}
+		l.conns = append(l.conns, o)
+		if err := p.add(fd, i, false); err != nil {
+			return Result{Conns: len(conns)}, fmt.Errorf("epoll_ctl: %w", err)
+		}
+		// What a reused connection buffered before the run would not make
+		// its socket readable: read it now (stray replies of an earlier
+		// run are counted as unmatched).
+		l.read(o)
 	}
-	interval := 1e9 / cfg.Rate
-	pacer := NewPacer()
-	defer pacer.Close()
-	pacer.ForRate(cfg.Rate)
-	var sent, skipped int64
-	started := false
-	var serr error
-	for i := int64(0); serr == nil; i++ {
-		due := t0 + int64(float64(i)*interval)
-		if !started && due >= win.Start {
-			if err := sleepUntil(ctx, win.Start); err != nil {
-				serr = err
-				break
-			}
-			cfg.Hooks.start()
-			started = true
-		}
-		if due >= win.End {
-			break
-		}
-		if !pacer.Due(due) {
-			if ctx.Err() != nil {
-				serr = ctx.Err()
-				break
-			}
-			pacer.Wait(due)
-		}
-		o := ocs[i%int64(len(ocs))]
-		seq := o.next
-		s := &o.ring[seq&o.mask]
-		if s.start.Load() != 0 {
-			skipped++ // the connection has openRing requests outstanding
-			continue
-		}
-		o.next++
-		o.wbuf = o.tmpl.Append(o.wbuf[:0], IDOf(seq))
-		now := Now()
-		start := min(due, now)
-		s.seq.Store(seq)
-		s.start.Store(start)
-		if win.In(due) {
-			lag.Add(max(now-due, 0))
-		}
-		if err := o.c.Write(o.wbuf); err != nil {
-			serr = err
-		}
-		sent++
-	}
-	lag.Flush()
-	if serr == nil {
-		serr = sleepUntil(ctx, win.End)
-	}
-	if started {
-		cfg.Hooks.end()
-	}
-	waitDrain(ocs, 2*time.Second)
-	unblock(conns)
-	wg.Wait()
-	if cfg.Reuse != nil {
-		for _, c := range conns {
-			c.nc.SetReadDeadline(time.Time{})
-		}
-	}
-	res := Result{Conns: len(conns), Seconds: win.Seconds(), Sent: sent, Skipped: skipped}
-	for _, o := range ocs {
-		res.Requests += o.replies
-		res.Errors += o.errors
-		res.Unmatched += o.unmatched
-		if serr == nil && res.Requests == 0 && o.err != nil {
-			serr = o.err
-		}
-	}
+	l.t0 = Now() + int64(10*time.Millisecond)
+	l.win = Window{Start: l.t0 + int64(cfg.Warmup), End: l.t0 + int64(cfg.Warmup+cfg.Measure)}
+	serr := l.run(ctx)
+	l.lat.Flush()
+	l.lag.Flush()
+	res := Result{Conns: len(conns), Seconds: l.win.Seconds(), Sent: l.sent, Skipped: l.skipped,
+		Requests: l.replies, Errors: l.errors, Unmatched: l.unmatched, ClosedByPeer: int64(l.closed)}
 	res.Rate = float64(res.Requests) / res.Seconds
+	res.SpinIdle = float64(l.spinIdle) / 1e9
 	res.Latency = rec.Latency()
-	l := lagRec.Latency()
-	res.SendLag = &l
+	lag := lagRec.Latency()
+	res.SendLag = &lag
+	if serr == nil && l.closed > 0 {
+		serr = fmt.Errorf("%w: %d of %d (first: %v)", ErrClosedByPeer, l.closed, len(conns), l.firstClose)
+	}
 	return res, serr
 }
 
-// waitDrain polls until no open-loop request is outstanding or grace passes.
-func waitDrain(ocs []*openConn, grace time.Duration) {
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		busy := false
-		for _, o := range ocs {
-			for i := range o.ring {
-				if o.ring[i].start.Load() != 0 {
-					busy = true
-					break
-				}
+// run is the loop: send what is due, wait for a reply or the next due time,
+// read what arrived; after the window, wait for the outstanding replies up to
+// the drain time. It returns when that is over, when every connection is
+// closed, or when ctx is done.
+func (l *openLoop) run(ctx context.Context) error {
+	done := ctx.Done()
+	for {
+		now := Now()
+		if !l.started && now >= l.win.Start {
+			l.cfg.Hooks.start()
+			l.started = true
+			now = Now()
+		}
+		l.sendDue(now)
+		if !l.ended && l.due(l.i) >= l.win.End && now >= l.win.End {
+			if l.started {
+				l.cfg.Hooks.end()
 			}
-			if busy {
-				break
+			l.ended = true
+			l.drainEnd = Now() + int64(l.drain)
+		}
+		if l.ended && (l.outstanding == 0 || now >= l.drainEnd) {
+			return nil
+		}
+		if l.closed == len(l.conns) {
+			if l.started && !l.ended {
+				l.cfg.Hooks.end()
+			}
+			return nil
+		}
+		select {
+		case <-done:
+			if l.started && !l.ended {
+				l.cfg.Hooks.end()
+			}
+			return ctx.Err()
+		default:
+		}
+		evs, err := l.wait(now)
+		if err != nil {
+			return err
+		}
+		// A burst of replies (a server that stalled, then answered them
+		// all) takes a while to read: keep sending on schedule meanwhile.
+		next := l.due(l.i) - l.ahead()
+		for _, ev := range evs {
+			l.event(ev)
+			if now := Now(); now >= next {
+				l.sendDue(now)
+				next = l.due(l.i) - l.ahead()
 			}
 		}
-		if !busy {
+	}
+}
+
+// wait returns the events that are ready once something happened or the
+// loop must look at the clock (nextWake): parked, or spinning (Spin).
+func (l *openLoop) wait(now int64) ([]unix.EpollEvent, error) {
+	next := l.nextWake(now)
+	if l.cfg.Spin {
+		return l.spin(now, next)
+	}
+	park, err := l.p.wakeAt(next, now)
+	if err != nil {
+		return nil, err
+	}
+	if park {
+		_, err = l.p.wait()
+	} else {
+		l.p.parked = false
+		l.p.poll(0)
+		err = l.p.err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("epoll_wait: %w", err)
+	}
+	return l.p.ready, nil
+}
+
+// spin polls without parking until an event is ready or the clock reaches
+// next, yielding the P every spinYield; the time it spent inside the window
+// is idle spinning.
+func (l *openLoop) spin(start, next int64) ([]unix.EpollEvent, error) {
+	l.p.parked = false
+	yield := start + spinYield
+	for {
+		l.p.poll(0)
+		now := Now()
+		if len(l.p.ready) > 0 || l.p.err != nil || now >= next {
+			l.spinIdle += max(min(now, l.win.End)-max(start, l.win.Start), 0)
+			if l.p.err != nil {
+				return nil, fmt.Errorf("epoll_wait: %w", l.p.err)
+			}
+			return l.p.ready, nil
+		}
+		if now >= yield {
+			runtime.Gosched()
+			yield = Now() + spinYield
+		}
+	}
+}
+
+// ahead is how early requests are sent: a Quantum plus the timer's lead
+// when the loop parks between sends, nothing when it spins.
+func (l *openLoop) ahead() int64 {
+	if l.cfg.Spin {
+		return 0
+	}
+	return l.p.lead + Quantum
+}
+
+// due is the scheduled send time of request i.
+func (l *openLoop) due(i int64) int64 { return l.t0 + int64(float64(i)*l.interval) }
+
+// nextWake is when the loop must next look at the clock: the next request's
+// due time (or the window's edges, or the end of the drain), and at least
+// every maxPark for the context.
+func (l *openLoop) nextWake(now int64) int64 {
+	next := now + maxPark
+	switch {
+	case !l.ended:
+		next = min(next, l.due(l.i), l.win.End)
+		if !l.started {
+			next = min(next, l.win.Start)
+		}
+	default:
+		next = min(next, l.drainEnd)
+	}
+	return next
+}
+
+// sendDue sends every request due within ahead (a Quantum plus the
+// poller's lead, as Pacer.Due; nothing when spinning), window requests only
+// once the window's start hook has run.
+func (l *openLoop) sendDue(now int64) {
+	limit := now + l.ahead()
+	if !l.started {
+		limit = min(limit, l.win.Start-1)
+	}
+	for {
+		due := l.due(l.i)
+		if due >= l.win.End || due > limit {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		o := l.conns[l.i%int64(len(l.conns))]
+		l.i++
+		l.send(o, due)
+	}
+}
+
+// send writes the next request of o, scheduled at due.
+func (l *openLoop) send(o *openConn, due int64) {
+	if o.closed {
+		l.skipped++
+		return
+	}
+	seq := o.next
+	s := &o.ring[seq%openRing]
+	if s.start != 0 {
+		l.skipped++ // the connection has openRing requests outstanding
+		return
+	}
+	o.wbuf = o.tmpl.Append(o.wbuf[:0], IDOf(seq))
+	now := Now()
+	if err := o.c.Write(o.wbuf); err != nil {
+		l.skipped++
+		if err != errBacklog {
+			l.drop(o, err)
+		}
+		return
+	}
+	o.next++
+	*s = openSlot{seq: seq, start: min(due, now)}
+	o.out++
+	l.outstanding++
+	l.sent++
+	if l.win.In(due) {
+		l.lag.Add(max(now-due, 0))
+	}
+	l.watchOut(o)
+}
+
+// event handles one poller event.
+func (l *openLoop) event(ev unix.EpollEvent) {
+	if ev.Fd == timerTag {
+		l.p.fired(Now())
+		return
+	}
+	o := l.conns[ev.Fd]
+	if o.closed {
+		return
+	}
+	if ev.Events&unix.EPOLLOUT != 0 {
+		if _, err := o.c.flushBacklog(); err != nil {
+			l.drop(o, err)
+			return
+		}
+		l.watchOut(o)
+	}
+	if ev.Events&^uint32(unix.EPOLLOUT) != 0 {
+		l.read(o)
+	}
+}
+
+// read handles every message that arrived on o.
+func (l *openLoop) read(o *openConn) {
+	o.c.readable()
+	for {
+		msg, err := o.c.Next()
+		if err != nil {
+			if err != errWouldBlock {
+				l.drop(o, err)
+			}
+			return
+		}
+		l.handle(o, msg, o.c.At())
+		if o.closed {
+			return
+		}
+	}
+}
+
+// handle processes one server message received at now.
+func (l *openLoop) handle(o *openConn, msg []byte, now int64) {
+	m := l.d.Classify(msg)
+	switch m.Kind {
+	case KindPing:
+		if err := o.c.WriteText(l.d.PingReply()); err != nil && err != errBacklog {
+			l.drop(o, err)
+			return
+		}
+		l.watchOut(o)
+		return
+	case KindError:
+		l.errors++
+	case KindReply:
+	default:
+		return
+	}
+	if !m.HasID || m.ID < IDBase {
+		return
+	}
+	seq := m.ID - IDBase
+	s := &o.ring[seq%openRing]
+	if s.start == 0 || s.seq != seq {
+		l.unmatched++
+		return
+	}
+	if l.win.In(now) {
+		l.replies++
+		l.lat.Add(now - s.start)
+	}
+	s.start = 0
+	o.out--
+	l.outstanding--
+}
+
+// watchOut makes the poller watch o for writing exactly while o keeps a
+// backlog.
+func (l *openLoop) watchOut(o *openConn) {
+	if b := o.c.backlogged(); b != o.outWatch {
+		if err := l.p.watchOut(o.fd, o.tag, b); err != nil {
+			l.drop(o, err)
+			return
+		}
+		o.outWatch = b
+	}
+}
+
+// drop takes a closed or failed connection out of the run: its outstanding
+// requests are no longer waited for.
+func (l *openLoop) drop(o *openConn, err error) {
+	if o.closed {
+		return
+	}
+	o.closed, o.err = true, err
+	l.closed++
+	if l.firstClose == nil {
+		l.firstClose = err
+	}
+	l.outstanding -= o.out
+	o.out = 0
+	l.p.remove(o.fd)
+}
+
+// detach hands every connection back to blocking use.
+func (l *openLoop) detach() {
+	for _, o := range l.conns {
+		o.c.detach(time.Second)
 	}
 }

@@ -50,14 +50,17 @@ type Result struct {
 	// scheduled time (its own lag, included in Latency).
 	SendLag *Latency `json:"send_lag,omitempty"`
 	Sent    int64    `json:"sent,omitempty"`
-	Skipped int64    `json:"skipped,omitempty"` // open loop: not sent because the connection's ring was full
+	// Open loop with Spin: seconds of the window the generator spent
+	// polling with nothing to do (included in its CPU time).
+	SpinIdle float64 `json:"spin_idle_s,omitempty"`
+	Skipped  int64   `json:"skipped,omitempty"` // open loop: not sent: the connection had openRing outstanding, its socket took no more, or the server had closed it
 	// Fan-out only.
 	Deliveries   int64    `json:"deliveries,omitempty"`
 	Published    int64    `json:"published,omitempty"`
 	Lost         int64    `json:"lost,omitempty"` // fan-out: deliveries of window events that never arrived
 	Subscribers  int      `json:"subscribers,omitempty"`
-	ClosedByPeer int64    `json:"closed_by_peer,omitempty"`
-	PublishRTT   *Latency `json:"publish_rtt,omitempty"` // the publisher's request round trip
+	ClosedByPeer int64    `json:"closed_by_peer,omitempty"` // open loop: connections the server closed; fan-out: subscriptions it closed
+	PublishRTT   *Latency `json:"publish_rtt,omitempty"`    // the publisher's request round trip
 }
 
 // DialMany opens n connections with at most conc dials in flight. It returns

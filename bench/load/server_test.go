@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,16 +19,23 @@ import (
 
 // testServer is a small in-process WebSocket server speaking the jsonrpc
 // dialect (edge/echo, edge/topic, edge/publish, edge/sleep with
-// $/cancelRequest, edge/stats) or, with raw set, echoing every text message.
+// $/cancelRequest, edge/stats, and test/silent, never answered) or, with raw
+// set, echoing every text message.
 // It exists to test the generator without the real servers.
 type testServer struct {
 	ln  net.Listener
 	raw bool
+	// closeEvery > 0: every closeEvery-th connection accepted is closed by
+	// the server after its first message (without answering it), with a
+	// close frame first when closeFrame is set. Immutable after start.
+	closeEvery int
+	closeFrame bool
 
-	mu    sync.Mutex
-	subs  map[*srvConn]struct{} // guarded by mu
-	seq   int64                 // guarded by mu
-	conns sync.WaitGroup
+	accepted atomic.Int64
+	mu       sync.Mutex
+	subs     map[*srvConn]struct{} // guarded by mu
+	seq      int64                 // guarded by mu
+	conns    sync.WaitGroup
 }
 
 type srvConn struct {
@@ -46,11 +54,17 @@ func (c *srvConn) write(p []byte) {
 
 func startTestServer(t testing.TB, raw bool) *testServer {
 	t.Helper()
+	return start(t, &testServer{raw: raw})
+}
+
+// start starts s, configured but not yet listening.
+func start(t testing.TB, s *testServer) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testServer{ln: ln, raw: raw, subs: map[*srvConn]struct{}{}}
+	s.ln, s.subs = ln, map[*srvConn]struct{}{}
 	go s.serve()
 	t.Cleanup(func() { ln.Close() })
 	return s
@@ -76,6 +90,7 @@ func (s *testServer) handle(nc net.Conn) {
 		return
 	}
 	c := &srvConn{nc: nc, pending: map[string]chan struct{}{}}
+	closing := s.closeEvery > 0 && s.accepted.Add(1)%int64(s.closeEvery) == 0
 	defer func() {
 		s.mu.Lock()
 		delete(s.subs, c)
@@ -92,6 +107,14 @@ func (s *testServer) handle(nc net.Conn) {
 		}
 		if op != ws.OpText {
 			continue
+		}
+		if closing {
+			if s.closeFrame {
+				c.mu.Lock()
+				ws.WriteFrame(nc, ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusGoingAway, "bye")))
+				c.mu.Unlock()
+			}
+			return
 		}
 		if s.raw {
 			c.write(msg)
@@ -172,6 +195,7 @@ func (s *testServer) dispatch(c *srvConn, msg []byte) {
 			delete(c.pending, string(p.ID))
 		}
 		c.smu.Unlock()
+	case "test/silent": // never answered
 	case "edge/stats":
 		c.smu.Lock()
 		n := len(c.pending)

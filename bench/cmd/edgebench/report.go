@@ -382,7 +382,9 @@ func w2Section(r *report, b *strings.Builder) []panel {
 		"request's scheduled send time, so a stalled server is charged for every request that should have been sent meanwhile. " +
 		"*Generator lag* is how late the generator itself sent (it is included in the latencies); a row whose generator " +
 		"util is marked *(bound)* measured the generator's limit, not the server's: compare the server CPU per request " +
-		"there, not the latencies.\n\n")
+		"there, not the latencies. The generator polls its sockets instead of sleeping (an idle vCPU of this VM wakes " +
+		"tens of microseconds to milliseconds late); its util and CPU figures leave out the polling that found nothing " +
+		"to do.\n\n")
 	b.WriteString(t.String())
 	g, s, v99 := grid(r, "W2", func(x *Record) float64 { return lat(x, "p99") })
 	_, _, v999 := grid(r, "W2", func(x *Record) float64 { return lat(x, "p999") })
