@@ -269,15 +269,24 @@ func TestJSONStrStops(t *testing.T) {
 		}
 		return bits.TrailingZeros64(m) >> 3
 	}
+	eachTwoBytes([8]byte{'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a'}, func(x [8]byte) {
+		if g, w := got(x), first(x); g != w {
+			t.Fatalf("jsonStrStops(%q): first stop %d, want %d", x[:], g, w)
+		}
+	})
+}
+
+// eachTwoBytes calls f with base with every value of one byte and of a pair
+// of bytes written over it, at every position: the exhaustive input of the
+// eight-byte scans' tests.
+func eachTwoBytes(base [8]byte, f func([8]byte)) {
 	for c1 := range 256 {
 		for c2 := range 256 {
 			for p := range 8 {
 				for q := p; q < 8; q++ {
-					x := [8]byte{'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a'}
+					x := base
 					x[p], x[q] = byte(c1), byte(c2)
-					if g, w := got(x), first(x); g != w {
-						t.Fatalf("jsonStrStops(%q): first stop %d, want %d", x[:], g, w)
-					}
+					f(x)
 				}
 			}
 		}
@@ -298,19 +307,11 @@ func TestJSONNonDigits(t *testing.T) {
 	got := func(x [8]byte) int {
 		return bits.TrailingZeros64(jsonNonDigits(binary.LittleEndian.Uint64(x[:]))) >> 3
 	}
-	for c1 := range 256 {
-		for c2 := range 256 {
-			for p := range 8 {
-				for q := p; q < 8; q++ {
-					x := [8]byte{'5', '0', '9', '1', '8', '2', '7', '3'}
-					x[p], x[q] = byte(c1), byte(c2)
-					if g, w := got(x), first(x); g != w {
-						t.Fatalf("jsonNonDigits(%q): first non-digit %d, want %d", x[:], g, w)
-					}
-				}
-			}
+	eachTwoBytes([8]byte{'5', '0', '9', '1', '8', '2', '7', '3'}, func(x [8]byte) {
+		if g, w := got(x), first(x); g != w {
+			t.Fatalf("jsonNonDigits(%q): first non-digit %d, want %d", x[:], g, w)
 		}
-	}
+	})
 }
 
 // TestJSONStrStop checks strStop (and loadTail behind it) for every input
