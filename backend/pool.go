@@ -91,6 +91,23 @@ func (p *Pool) Submit(j Job) {
 	}
 }
 
+// SubmitAll queues every job of js in order, as Submit would one by one, but
+// takes the pool's lock once and wakes at most one worker: an event loop
+// hands over all the calls of a turn together. The caller holds a slot for
+// each job. js is not retained. Safe for concurrent use.
+func (p *Pool) SubmitAll(js []Job) {
+	if len(js) == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.queue = append(p.queue, js...)
+	w, wake := p.wakeLocked()
+	p.mu.Unlock()
+	if wake {
+		p.start(w)
+	}
+}
+
 // wakeLocked makes sure a worker is awake for the queue: if none is, it
 // counts one as awake and returns the idle worker to wake (nil: start a new
 // one). Called with mu held.

@@ -69,6 +69,40 @@ func TestPoolBlockedJobDoesNotHoldQueue(t *testing.T) {
 	}
 }
 
+// TestPoolSubmitAll: a batch handed over at once runs every job, also when
+// jobs early in the batch block until the last one runs (the batch is not
+// run on one worker in isolation), and the pool keeps none of the caller's
+// slice: the caller clears it at once, as the event loop does.
+func TestPoolSubmitAll(t *testing.T) {
+	p := NewPool(1000, time.Second)
+	defer p.Close()
+	p.SubmitAll(nil) // nothing to do, nobody to wake
+	const blocked = 50
+	gate := make(chan struct{})
+	var ran [blocked + 1]atomic.Bool
+	var done sync.WaitGroup
+	done.Add(blocked + 1)
+	batch := make([]Job, 0, blocked+1)
+	for i := range blocked {
+		batch = append(batch, jobFunc(func() { <-gate; ran[i].Store(true); done.Done() }))
+	}
+	batch = append(batch, jobFunc(func() { close(gate); ran[blocked].Store(true); done.Done() }))
+	p.SubmitAll(batch)
+	clear(batch)
+	finished := make(chan struct{})
+	go func() { done.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job opening the gate never ran behind the blocked ones of its batch")
+	}
+	for i := range ran {
+		if !ran[i].Load() {
+			t.Fatalf("job %d did not run", i)
+		}
+	}
+}
+
 // TestPoolBurstRunsOnFewWorkers checks the point of the queue: a burst of
 // fast jobs does not start a goroutine per job.
 func TestPoolBurstRunsOnFewWorkers(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/rpc"
 )
 
@@ -26,6 +27,9 @@ type eventLoop struct {
 	inTurn bool // guarded by mu
 
 	handled int // loop-owned: messages handed to sessions in the current turn
+	// jobs are the backend calls sessions dispatched in the current turn,
+	// handed to the pool together by submitJobs.
+	jobs []backend.Job // loop-owned
 
 	spare []rpc.Completion // loop-owned: the other half of the double buffer
 	conns []*conn          // loop-owned: every open connection, for sweeps
@@ -81,6 +85,22 @@ func (l *eventLoop) Post(c rpc.Completion) {
 	}
 }
 
+// Submit implements rpc.Submitter: it holds a dispatched call until the end
+// of the turn. Runs on the loop.
+func (l *eventLoop) Submit(j backend.Job) { l.jobs = append(l.jobs, j) }
+
+// submitJobs hands the calls dispatched in this turn to the pool with one
+// hand-off. Every path that can dispatch ends with flush, which calls it, so
+// no call waits past the turn. Runs on the loop.
+func (l *eventLoop) submitJobs() {
+	if len(l.jobs) == 0 {
+		return
+	}
+	l.srv.rpc.SubmitAll(l.jobs)
+	clear(l.jobs)
+	l.jobs = l.jobs[:0]
+}
+
 // drain applies every queued completion and flushes. Runs on the loop.
 func (l *eventLoop) drain(context.Context) error {
 	l.mu.Lock()
@@ -114,6 +134,7 @@ func (l *eventLoop) endTurn() {
 		return
 	}
 	l.handled = 0
+	l.submitJobs()
 	l.mu.Lock()
 	l.inTurn = true
 	l.mu.Unlock()
@@ -135,10 +156,12 @@ func (l *eventLoop) markDirty(w *conn) {
 	}
 }
 
-// flush writes every dirty connection's output with one write each. A flush
+// flush submits the calls dispatched in this turn, then writes every dirty
+// connection's output with one write each. A flush
 // may dirty a connection again (a close after the hard cap), so the list is
 // walked until it stops growing. Runs on the loop.
 func (l *eventLoop) flush() {
+	l.submitJobs()
 	for i := 0; i < len(l.dirty); i++ {
 		w := l.dirty[i]
 		l.dirty[i] = nil

@@ -1,6 +1,12 @@
 package loop
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/rpc"
+)
 
 // TestTrimSparesReleasesUnusedBuffers: a sweep releases exactly the spare
 // output buffers that no turn took since the previous sweep, so a busy loop
@@ -40,4 +46,45 @@ func TestTrimSparesReleasesUnusedBuffers(t *testing.T) {
 	big := make([]byte, 0, maxSpareBuf+1)
 	l.putBuf(big)
 	check("an oversized buffer", 0, 0)
+}
+
+// jobFunc adapts a function to backend.Job.
+type jobFunc func()
+
+func (f jobFunc) Run() { f() }
+
+// TestFlushSubmitsHeldCalls: calls that sessions dispatch are held by the
+// loop until the end of the turn and handed to the pool together; a flush
+// hands them over too, since the paths that read input outside a turn (a
+// paused connection resumed by a sweep) end with a flush and no turn may
+// follow. A loop that held them until its next turn would leave those calls
+// unanswered on a quiet connection.
+func TestFlushSubmitsHeldCalls(t *testing.T) {
+	pool := backend.NewPool(16, time.Minute)
+	defer pool.Close()
+	srv, err := rpc.NewServer(rpc.Config{Handler: backend.NewMemory(), Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &eventLoop{srv: &Server{rpc: srv}}
+	ran := make(chan int, 3)
+	for i := range 3 {
+		l.Submit(jobFunc(func() { ran <- i }))
+	}
+	if len(ran) != 0 {
+		t.Fatal("a call ran before the loop handed it over")
+	}
+	l.flush()
+	seen := make(map[int]bool)
+	for len(seen) < 3 {
+		select {
+		case i := <-ran:
+			seen[i] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only calls %v ran after the flush", seen)
+		}
+	}
+	if len(l.jobs) != 0 {
+		t.Fatalf("the loop still holds %d calls", len(l.jobs))
+	}
 }

@@ -115,11 +115,15 @@ func BenchmarkSessionStats(b *testing.B) {
 }
 
 // queuePoster collects completions the way an event loop does: workers append
-// under a mutex; the loop takes the whole queue at the end of its turn.
+// under a mutex; the loop takes the whole queue at the end of its turn. Like
+// the loop it is a Submitter: the calls of a turn go to the pool together.
 type queuePoster struct {
 	mu    sync.Mutex
 	queue []Completion
+	jobs  []backend.Job // loop-owned
 }
+
+func (p *queuePoster) Submit(j backend.Job) { p.jobs = append(p.jobs, j) }
 
 func (p *queuePoster) Post(c Completion) {
 	p.mu.Lock()
@@ -158,6 +162,9 @@ func BenchmarkSessionEchoPipelined(b *testing.B) {
 		for _, m := range msgs {
 			s.HandleMessage(m)
 		}
+		pool.SubmitAll(post.jobs)
+		clear(post.jobs)
+		post.jobs = post.jobs[:0]
 		for applied := 0; applied < window; {
 			runtime.Gosched()
 			post.mu.Lock()

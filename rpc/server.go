@@ -146,6 +146,10 @@ func (srv *Server) Draining() bool { return srv.draining.Load() }
 // producers included. Safe for concurrent use.
 func (srv *Server) Running() int { return srv.cfg.Pool.Running() }
 
+// SubmitAll hands the calls a Submitter gathered to the pool, in order.
+// Safe for concurrent use.
+func (srv *Server) SubmitAll(js []backend.Job) { srv.cfg.Pool.SubmitAll(js) }
+
 // InFlight reports the requests across all sessions that still owe an
 // answer: unary calls running and subscriptions establishing. Graceful
 // shutdown waits for them (CONTRACT.md section 9). Safe for concurrent use.
