@@ -1,6 +1,10 @@
 package rpc
 
-import "github.com/openengine/edge/codec"
+import (
+	"encoding/binary"
+
+	"github.com/openengine/edge/codec"
+)
 
 // idKey is the identity of a request id (CONTRACT.md section 2: ids keep
 // their JSON type, so 1 and "1" differ; "a" and "\u0061" are the same id).
@@ -195,12 +199,18 @@ func (m *intTable) grow() {
 
 // parseIntID parses an integer id token as Classify reported it (IDInt: a
 // JSON integer within int64, no fraction or exponent). -0 is 0, the same id.
+// Clients often number requests with long ids (a timestamp, a 13-digit
+// sequence): eight digits at a time are combined in one word (digits8), the
+// rest one by one.
 func parseIntID(b []byte) int64 {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {
 		b = b[1:]
 	}
 	var n uint64
+	for ; len(b) >= 8; b = b[8:] {
+		n = n*100_000_000 + digits8(binary.LittleEndian.Uint64(b))
+	}
 	for _, c := range b {
 		n = n*10 + uint64(c-'0')
 	}
@@ -208,4 +218,14 @@ func parseIntID(b []byte) int64 {
 		return -int64(n) // wraps correctly for math.MinInt64
 	}
 	return int64(n)
+}
+
+// digits8 returns the value of eight ASCII digits loaded little-endian (the
+// first digit in the lowest byte): pairs, then quads, then the halves are
+// combined, each step a multiply, a shift and a mask.
+func digits8(v uint64) uint64 {
+	v -= 0x3030303030303030
+	v = (v*10 + v>>8) & 0x00FF00FF00FF00FF
+	v = (v*100 + v>>16) & 0x0000FFFF0000FFFF
+	return (v*10000 + v>>32) & 0xFFFFFFFF
 }

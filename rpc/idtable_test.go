@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"strconv"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -118,5 +119,48 @@ func BenchmarkIntTable(b *testing.B) {
 		m.put(k, task)
 		m.del(k - 64)
 		k++
+	}
+}
+
+// TestParseIntID compares parseIntID with strconv over every length up to
+// the int64 limits, both signs, and -0.
+func TestParseIntID(t *testing.T) {
+	check := func(tok string) {
+		t.Helper()
+		want, err := strconv.ParseInt(tok, 10, 64)
+		if err != nil {
+			t.Fatalf("bad test token %q: %v", tok, err)
+		}
+		if got := parseIntID([]byte(tok)); got != want {
+			t.Fatalf("parseIntID(%q) = %d, want %d", tok, got, want)
+		}
+	}
+	for _, tok := range []string{"0", "-0", "7", "-7", "10", "99999999", "100000000", "12345678", "-12345678",
+		"1234567890123", "9223372036854775807", "-9223372036854775808", "-9223372036854775807",
+		"1000000000000000000", "999999999999999999", "90000000000000009"} {
+		check(tok)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.Int64().Draw(t, "n")
+		tok := strconv.FormatInt(n, 10)
+		if got := parseIntID([]byte(tok)); got != n {
+			t.Fatalf("parseIntID(%q) = %d", tok, got)
+		}
+	})
+}
+
+func BenchmarkParseIntID(b *testing.B) {
+	toks := [][]byte{[]byte("7"), []byte("1234"), []byte("1764547200123"), []byte("9223372036854775807")}
+	for _, tok := range toks {
+		b.Run(strconv.Itoa(len(tok)), func(b *testing.B) {
+			b.ReportAllocs()
+			var sum int64
+			for b.Loop() {
+				sum += parseIntID(tok)
+			}
+			if sum == 0 {
+				b.Fatal("sum 0")
+			}
+		})
 	}
 }
