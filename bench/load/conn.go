@@ -363,7 +363,11 @@ func (c *Conn) Ready() bool {
 		return false
 	}
 	b, _ := c.br.Peek(c.br.Buffered())
-	h, hl, ok, err := ParseHeader(b[c.pend:])
+	b = b[c.pend:]
+	if b[1] < 126 { // unmasked, short: a 2-byte header
+		return 2+int(b[1]) <= n
+	}
+	h, hl, ok, err := ParseHeader(b)
 	return err == nil && ok && hl+h.Len <= n
 }
 
@@ -422,6 +426,13 @@ func (c *Conn) Next() ([]byte, error) {
 		b, err := c.peek(max(c.br.Buffered(), 2))
 		if len(b) < 2 {
 			return nil, err
+		}
+		// The usual server message: one short unmasked final text frame,
+		// whole in the buffer. What the general path below does with it.
+		if b[0] == 0x80|byte(ws.OpText) && b[1] < 126 && 2+int(b[1]) <= len(b) {
+			total := 2 + int(b[1])
+			c.pend, c.frag = total, false
+			return c.ret(c.deliver(b[2:total]))
 		}
 		h, hl, ok, err := ParseHeader(b)
 		if err != nil {

@@ -2,6 +2,7 @@ package load
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 )
@@ -172,11 +173,81 @@ func fastID(msg []byte, prefix string) (id uint64, key []byte, ok bool) {
 
 const jsonrpcPrefix = `{"jsonrpc":"2.0","id":`
 
+// The exact reply shapes, as words for fastReply: jsonrpcPrefix (22 bytes:
+// 8-byte words at 0, 8 and 14, overlapping), then after the IDWidth id digits
+// a 10-byte member key (a word and a 2-byte tail): `,"result":` in edge's
+// replies, `,"method":` in the requests the raw peer echoes.
+var (
+	prefixW0, prefixW1, prefixW2 = le64(jsonrpcPrefix[0:]), le64(jsonrpcPrefix[8:]), le64(jsonrpcPrefix[14:])
+	resultKey                    = keyOf(`,"result":`)
+	methodKey                    = keyOf(`,"method":`)
+)
+
+func le64(s string) uint64 { return binary.LittleEndian.Uint64([]byte(s[:8])) }
+
+// keyWords is a 10-byte member key as fastReply compares it.
+type keyWords struct {
+	w    uint64
+	tail uint16
+}
+
+func keyOf(s string) keyWords {
+	return keyWords{le64(s), binary.LittleEndian.Uint16([]byte(s[8:10]))}
+}
+
+// fastReplyLen is the length of jsonrpcPrefix, the id digits and a key.
+const fastReplyLen = len(jsonrpcPrefix) + IDWidth + 10
+
+// fastReply recognises the one shape of nearly every message the generator
+// reads: jsonrpcPrefix, exactly IDWidth digits (the generator's own ids) and
+// key, with a few word compares and no loop. ok is false for any other
+// message, which then goes through fastID and the scanner; when ok is true
+// fastID finds the same id and the key's name (TestFastReply, FuzzFastReply).
+func fastReply(msg []byte, key keyWords) (id uint64, ok bool) {
+	if len(msg) < fastReplyLen {
+		return 0, false
+	}
+	const p = len(jsonrpcPrefix)
+	if binary.LittleEndian.Uint64(msg[0:]) != prefixW0 || binary.LittleEndian.Uint64(msg[8:]) != prefixW1 ||
+		binary.LittleEndian.Uint64(msg[14:]) != prefixW2 ||
+		binary.LittleEndian.Uint64(msg[p+IDWidth:]) != key.w || binary.LittleEndian.Uint16(msg[p+IDWidth+8:]) != key.tail {
+		return 0, false
+	}
+	return parseID(msg[p : p+IDWidth])
+}
+
+// parseID parses exactly IDWidth ASCII digits: the first eight as one word
+// (SWAR), then two. ok is false when one of them is not a digit.
+func parseID(b []byte) (uint64, bool) {
+	_ = b[IDWidth-1]
+	v := binary.LittleEndian.Uint64(b)
+	// Every byte 0x30..0x39: its high nibble is 3, and adding 6 keeps it 3.
+	if (v&0xf0f0f0f0f0f0f0f0)|((v+0x0606060606060606)&0xf0f0f0f0f0f0f0f0)>>4 != 0x3333333333333333 {
+		return 0, false
+	}
+	d8, d9 := b[8]-'0', b[9]-'0'
+	if d8 > 9 || d9 > 9 {
+		return 0, false
+	}
+	v -= 0x3030303030303030
+	v = v*10 + v>>8 // byte pairs: 2-digit values in bytes 0, 2, 4, 6
+	v = ((v&0x000000ff000000ff)*(100+1000000<<32) + (v>>16&0x000000ff000000ff)*(1+10000<<32)) >> 32
+	return v*100 + uint64(d8)*10 + uint64(d9), true
+}
+
 // classifyJSONRPC recognises responses by their top-level id and
 // result/error members and notifications by their method. closedMethod names
 // the notification that ends a subscription ("" for edge's
 // subscription/closed).
 func classifyJSONRPC(msg []byte, closedMethod string) Msg {
+	if id, ok := fastReply(msg, resultKey); ok {
+		return Msg{Kind: KindReply, HasID: true, ID: id}
+	}
+	return classifyJSONRPCGeneral(msg, closedMethod)
+}
+
+// classifyJSONRPCGeneral is classifyJSONRPC without fastReply.
+func classifyJSONRPCGeneral(msg []byte, closedMethod string) Msg {
 	if id, key, ok := fastID(msg, jsonrpcPrefix); ok {
 		switch string(key) {
 		case "result":
@@ -242,6 +313,14 @@ func (Raw) Subscribe(string) ([]byte, int, bool)       { return nil, 0, false }
 func (Raw) Publish(string, []byte) ([]byte, int, bool) { return nil, 0, false }
 
 func (Raw) Classify(msg []byte) Msg {
+	if id, ok := fastReply(msg, methodKey); ok {
+		return Msg{Kind: KindReply, HasID: true, ID: id}
+	}
+	return classifyRawGeneral(msg)
+}
+
+// classifyRawGeneral is Raw.Classify without fastReply.
+func classifyRawGeneral(msg []byte) Msg {
 	if id, _, ok := fastID(msg, jsonrpcPrefix); ok {
 		return Msg{Kind: KindReply, HasID: true, ID: id}
 	}

@@ -1,6 +1,8 @@
 package load
 
 import (
+	"encoding/binary"
+
 	"github.com/gobwas/ws"
 )
 
@@ -95,6 +97,12 @@ type field struct {
 type Template struct {
 	wire   []byte
 	fields []field // fields[0] is the id
+	// idPos is the wire offset of the id digits when they are contiguous
+	// (one frame, or not split by a fragment boundary), -1 otherwise; idMask
+	// and idMaskTail are the mask bytes applied to them, as putID XORs them.
+	idPos      int
+	idMask     uint64
+	idMaskTail uint16
 }
 
 // NewTemplate frames payload as one text message masked with mask. idOff is
@@ -145,6 +153,12 @@ func NewTemplate(payload []byte, mask [4]byte, frag int, idOff int, extra ...[2]
 		}
 		t.fields = append(t.fields, f)
 	}
+	t.idPos = -1
+	if f := t.fields[0]; len(f.pos) == IDWidth && f.pos[IDWidth-1] == f.pos[0]+IDWidth-1 {
+		t.idPos = f.pos[0]
+		t.idMask = binary.LittleEndian.Uint64(f.mask)
+		t.idMaskTail = binary.LittleEndian.Uint16(f.mask[8:])
+	}
 	return t
 }
 
@@ -156,8 +170,34 @@ func (t *Template) Len() int { return len(t.wire) }
 func (t *Template) Append(dst []byte, id uint64) []byte {
 	n := len(dst)
 	dst = append(dst, t.wire...)
-	setField(dst[n:], &t.fields[0], id)
+	if t.idPos >= 0 && id < maxID {
+		putID(dst[n+t.idPos:], id, t.idMask, t.idMaskTail)
+	} else {
+		setField(dst[n:], &t.fields[0], id)
+	}
 	return dst
+}
+
+// maxID bounds the ids putID writes: every id has IDWidth digits.
+const maxID = 10_000_000_000
+
+// putID writes id (below maxID) as IDWidth digits, leading zeros included,
+// XORed with mask (the first eight) and tail (the last two): what setField
+// writes for a contiguous field, with a few multiplications (SWAR) instead of
+// a loop over digit pairs.
+func putID(b []byte, id uint64, mask uint64, tail uint16) {
+	_ = b[IDWidth-1]
+	hi, lo := id/100, id%100 // hi: the first 8 digits
+	// Two 4-digit groups in 32-bit lanes, the leading group in the low lane
+	// (the lowest address once stored little-endian).
+	v := hi/10000 | (hi%10000)<<32
+	q := (v * 10486 >> 20) & 0x0000007f0000007f // lane/100 (exact below 10000)
+	v = q | (v-q*100)<<16                       // 2-digit groups in 16-bit lanes
+	q = (v * 103 >> 10) & 0x000f000f000f000f    // lane/10 (exact below 100)
+	v = q | (v-q*10)<<8                         // digits in bytes
+	binary.LittleEndian.PutUint64(b, (v|0x3030303030303030)^mask)
+	t := uint16(lo/10) | uint16(lo%10)<<8
+	binary.LittleEndian.PutUint16(b[8:], (t|0x3030)^tail)
 }
 
 // AppendWith is Append with values for the extra fields, in NewTemplate order.
