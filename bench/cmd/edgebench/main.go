@@ -68,6 +68,7 @@ type options struct {
 	w4Subs    string
 	w4Offered string
 	perfStat  bool
+	edgeArgs  []string // extra flags for every edge server
 	cpuprof   string
 }
 
@@ -94,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.w4Subs, "w4-subs", "", "W4 subscriber counts, comma-separated (default 1000,10000)")
 	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,500000; publish rate = this / subscribers)")
 	fs.BoolVar(&o.perfStat, "perfstat", true, "count the servers' system calls over each measured window with `perf stat` (when perf works here)")
+	edgeArgs := fs.String("edge-args", "", "extra flags for edge, space-separated (e.g. \"--busy-poll 50us\"); recorded in every edge result")
 	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --pprof-listen)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator) to this file")
 	fs.IntVar(&o.nice, "nice", 0, "nice value for the generator and the servers (e.g. -10 on a machine shared with other work; needs root)")
@@ -109,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-peers: %w", err)
 	}
 	o.variants = splitList(*vl)
+	o.edgeArgs = strings.Fields(*edgeArgs)
 	if *perf != "" {
 		if o.perf, err = parseList(*perf, peerNames); err != nil {
 			return nil, fmt.Errorf("-perf: %w", err)
@@ -281,9 +284,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		prog.begin(i, p)
 		rec := Record{Run: o.run, Workload: p.workload, Variant: p.variant, Peer: p.peer, Params: p.params,
 			Started: time.Now().UTC(), Pinned: pin.on, SyscallsOff: statOff}
+		if p.peer == "edge" && len(o.edgeArgs) > 0 {
+			rec.Notes = append(rec.Notes, "edge flags: "+strings.Join(o.edgeArgs, " "))
+		}
 		if bin, ok := bins[p.peer]; ok {
 			runPhase(ctx, p, bin, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, p.peer),
-				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents}, &rec, logf)
+				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents,
+				edgeArgs: o.edgeArgs}, &rec, logf)
 		} else {
 			rec.Error = fmt.Sprintf("not built: %v", buildFailed[p.peer])
 		}
@@ -339,6 +346,7 @@ type phaseOpts struct {
 	perf       bool     // perf record the server over the window
 	pprof      bool     // edge: serve pprof (CPU profile over the window, heap in W3)
 	statEvents []string // perf stat these events over the window (nil: no syscall count)
+	edgeArgs   []string // extra flags for edge
 }
 
 func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
@@ -352,7 +360,7 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	pc := &phaseCtx{rec: rec, logf: logf}
 	logName := fmt.Sprintf("%s-%s-%s.log", p.workload, safeName(p.variant), p.peer)
 	srv, err := startServer(pctx, serverSpec{peer: p.peer, bin: bin, logPath: filepath.Join(out, "logs", logName),
-		pin: pin, gctrace: p.gctrace, gcConns: pc.conns.Load, pprof: opts.pprof})
+		pin: pin, gctrace: p.gctrace, gcConns: pc.conns.Load, pprof: opts.pprof, extra: opts.edgeArgs})
 	if err != nil {
 		rec.Error = err.Error()
 		return

@@ -91,6 +91,7 @@ type serverSpec struct {
 	gctrace bool
 	gcConns func() int64 // client connections open now (for gctrace)
 	pprof   bool         // edge only: serve net/http/pprof on a loopback port
+	extra   []string     // edge only: more flags
 }
 
 var gcLine = regexp.MustCompile(`^gc \d+ @.*?(\d+)->(\d+)->(\d+) MB, \d+ MB goal, (\d+) MB stacks`)
@@ -106,6 +107,7 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 		if sp.pprof {
 			args = append(args, "--pprof-listen", "127.0.0.1:0")
 		}
+		args = append(args, sp.extra...)
 	}
 	cmd := exec.Command(sp.bin, args...)
 	env := append(os.Environ(), "GOMAXPROCS=1")
