@@ -297,3 +297,28 @@ func TestSetField(t *testing.T) {
 		}
 	}
 }
+
+// TestSendHorizon: after the pacer wakes the storm for the event at next,
+// that event is always sent, also when the pacer returned up to half a
+// Quantum early (the storm then used to send nothing and spin on the clock);
+// events due within a Quantum of the clock go with it.
+func TestSendHorizon(t *testing.T) {
+	const next = int64(1_000_000)
+	for _, c := range []struct {
+		name      string
+		now, lead int64
+		want      int64
+	}{
+		{"woken half a quantum early", next - Quantum - Quantum/2, 0, next},
+		{"woken early with a lead", next - 2*Quantum, Quantum / 2, next},
+		{"woken on time", next - Quantum, 0, next},
+		{"woken late", next, 10_000, next + 10_000 + Quantum},
+	} {
+		if got := sendHorizon(c.now, c.lead, next); got != c.want {
+			t.Errorf("%s: horizon %d, want %d", c.name, got, c.want)
+		}
+		if got := sendHorizon(c.now, c.lead, next); got < next {
+			t.Errorf("%s: the event at next is not sent", c.name)
+		}
+	}
+}
