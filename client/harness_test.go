@@ -13,18 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
 )
@@ -37,53 +34,10 @@ const (
 
 // TestMain runs the tests, then checks that no client read loop, notify
 // goroutine, gateway loop or backend worker outlives them.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines left behind by the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testgw.Main(m) }
 
-func leakedGoroutines(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<22)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for i, g := range strings.Split(string(buf), "\n\n") {
-			if i == 0 {
-				continue // this goroutine
-			}
-			if strings.Contains(g, "github.com/openengine/edge/") && !strings.Contains(g, "client_test.leakedGoroutines") ||
-				strings.Contains(g, "gnet/v2.(*eventloop)") || strings.Contains(g, "gnet/v2.(*engine)") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// watchdog dumps every goroutine and exits if the test hangs.
-func watchdog(t *testing.T) {
-	name := t.Name()
-	timer := time.AfterFunc(watchdogTimeout, func() {
-		buf := make([]byte, 1<<22)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %s; goroutines:\n%s\n", name, watchdogTimeout, buf[:n])
-		os.Exit(2)
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
+// watchdog fails the whole run if t outlives watchdogTimeout (testgw.Watchdog).
+func watchdog(t *testing.T) { testgw.Watchdog(t, watchdogTimeout) }
 
 // transports are the two bindings every test that can runs on.
 var transports = []string{"ws", "tcp"}
@@ -107,75 +61,24 @@ type gateway struct {
 	wsURL  string
 	tcpURL string
 	tap    *tap // nil unless gwConfig.tap
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startGateway starts a gateway with WebSocket and NDJSON listeners on
-// 127.0.0.1:0 and stops it in t.Cleanup. It also arms the watchdog.
+// 127.0.0.1 (testgw.Start), stopped in t.Cleanup. It also arms the watchdog.
 func startGateway(t *testing.T, opts ...func(*gwConfig)) *gateway {
 	t.Helper()
 	watchdog(t)
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	mem := backend.NewMemory()
-	cfg := gwConfig{rpc: rpc.Config{Handler: mem, Logger: logger}}
+	var cfg gwConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.handler != nil {
-		cfg.rpc.Handler = cfg.handler(mem)
+	lc := loop.Config{Listen: "127.0.0.1:0", Loops: 2}
+	if cfg.loop != nil {
+		cfg.loop(&lc)
 	}
-	pool := backend.NewPool(65536, time.Second)
-	cfg.rpc.Pool = pool
-	rs, err := rpc.NewServer(cfg.rpc)
-	if err != nil {
-		t.Fatalf("rpc.NewServer: %v", err)
-	}
-	// The NDJSON address is not spelled like the WebSocket one, and it names
-	// a concrete port: gnet tells listeners apart by their address string,
-	// and with port 0 loop.Server does not recognise NDJSON connections
-	// (test/ndjson_test.go: TestNDJSONListenSameAddressString,
-	// TestNDJSONConnRecognisedOnEphemeralPort). The port was free a moment
-	// ago; on the rare clash, try another.
-	var srv *loop.Server
-	for attempt := 0; ; attempt++ {
-		lc := loop.Config{Listen: "127.0.0.1:0", NDJSONListen: freeAddr(t, "127.0.0.2"), Loops: 2, Logger: logger}
-		if cfg.loop != nil {
-			cfg.loop(&lc)
-		}
-		srv, err = loop.New(lc, rs)
-		if err != nil {
-			t.Fatalf("loop.New: %v", err)
-		}
-		if err = srv.Start(); err == nil {
-			break
-		}
-		if attempt == 5 {
-			t.Fatalf("Start: %v", err)
-		}
-	}
-	gw := &gateway{t: t, srv: srv, mem: mem, logs: logs}
-	if srv.Addr() == nil || srv.NDJSONAddr() == nil {
-		t.Fatalf("gateway addresses: WebSocket %v, NDJSON %v", srv.Addr(), srv.NDJSONAddr())
-	}
-	wsAddr, tcpAddr := srv.Addr().String(), srv.NDJSONAddr().String()
+	g := testgw.Start(t, testgw.Config{Loop: lc, RPC: cfg.rpc, Handler: cfg.handler, NDJSON: true})
+	gw := &gateway{t: t, srv: g.Srv, mem: g.Mem}
+	wsAddr, tcpAddr := g.Srv.Addr().String(), g.Srv.NDJSONAddr().String()
 	if wsAddr == tcpAddr {
 		t.Fatalf("NDJSONAddr() %s is the WebSocket listener's address", tcpAddr)
 	}
@@ -184,48 +87,13 @@ func startGateway(t *testing.T, opts ...func(*gwConfig)) *gateway {
 		wsAddr, tcpAddr = gw.tap.front(t, wsAddr), gw.tap.front(t, tcpAddr)
 	}
 	gw.wsURL, gw.tcpURL = "ws://"+wsAddr+"/", "tcp://"+tcpAddr
-	t.Cleanup(func() {
-		gw.stop()
-		closed := make(chan struct{})
-		go func() { pool.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(10 * time.Second):
-			t.Errorf("backend workers did not return within 10s")
-		}
-		if t.Failed() {
-			t.Logf("gateway logs:\n%s", logs.String())
-		}
-	})
 	return gw
 }
 
-// freeAddr returns host:port with a port that was free on host just now.
-func freeAddr(t *testing.T, host string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatalf("listen %s: %v", host, err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// stop closes every connection and stops the engine. loop.Server.Close
-// returns only at gnet's next shutdown poll; Done is closed as soon as the
-// engine has stopped, so wait for that. Idempotent.
+// stop closes every connection and stops the engine (testgw.Stop). Idempotent.
 func (gw *gateway) stop() {
 	gw.t.Helper()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.srv.Close(ctx)
-	}()
-	select {
-	case <-gw.srv.Done():
-	case <-time.After(10 * time.Second):
-		gw.t.Errorf("gateway did not stop within 10s")
-	}
+	testgw.Stop(gw.t, gw.srv)
 }
 
 func (gw *gateway) url(transport string) string {

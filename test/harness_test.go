@@ -15,14 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +26,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
 )
@@ -46,44 +43,7 @@ const (
 // TestMain runs the tests, then checks that no gateway goroutine outlives
 // them: every gateway a test started must have stopped its event loops and
 // backend workers.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines left behind by the tests:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines polls for up to d until no goroutine runs edge or gnet
-// engine code, and returns the stacks of those that remain. gnet's shared
-// worker pool (ants) is process-wide and not counted.
-func leakedGoroutines(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<22)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for i, g := range strings.Split(string(buf), "\n\n") {
-			if i == 0 {
-				continue // this goroutine
-			}
-			if strings.Contains(g, "github.com/openengine/edge/") && !strings.Contains(g, "edge/test.leakedGoroutines") ||
-				strings.Contains(g, "gnet/v2.(*eventloop)") || strings.Contains(g, "gnet/v2.(*engine)") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+func TestMain(m *testing.M) { testgw.Main(m) }
 
 // gwConfig is what a test may override before its gateway starts.
 type gwConfig struct {
@@ -100,104 +60,32 @@ type gateway struct {
 	mem  *backend.Memory
 	pool *backend.Pool
 	addr string
-	logs *syncBuffer
-}
-
-// syncBuffer collects the gateway's logs; they are printed if the test fails.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testgw.Buffer
 }
 
 // startGateway starts a gateway on 127.0.0.1:0 with the memory backend and
-// stops it in t.Cleanup. opts adjust the configuration. It also arms a
-// watchdog that dumps every goroutine if the test hangs.
+// stops it in t.Cleanup (testgw.Start). opts adjust the configuration; the
+// memory backend is already the rpc handler when they run, for options
+// that wrap it. It also arms a watchdog that dumps every goroutine if the
+// test hangs.
 func startGateway(t *testing.T, opts ...func(*gwConfig)) *gateway {
 	t.Helper()
 	watchdog(t)
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	mem := backend.NewMemory()
 	cfg := gwConfig{
-		loop: loop.Config{
-			Listen: "127.0.0.1:0",
-			Loops:  2,
-			Logger: logger,
-		},
-		rpc: rpc.Config{
-			Handler: mem,
-			Logger:  logger,
-		},
+		loop:     loop.Config{Listen: "127.0.0.1:0", Loops: 2},
+		rpc:      rpc.Config{Handler: mem},
 		maxTasks: 65536,
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	pool := backend.NewPool(cfg.maxTasks, time.Second)
-	cfg.rpc.Pool = pool
-	rs, err := rpc.NewServer(cfg.rpc)
-	if err != nil {
-		t.Fatalf("rpc.NewServer: %v", err)
-	}
-	srv, err := loop.New(cfg.loop, rs)
-	if err != nil {
-		t.Fatalf("loop.New: %v", err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	gw := &gateway{t: t, srv: srv, rpc: rs, mem: mem, pool: pool, addr: srv.Addr().String(), logs: logs}
-	t.Cleanup(func() {
-		// loop.Server.Close returns only at gnet's next 500 ms shutdown poll;
-		// Done is closed as soon as the engine has stopped, so wait for that.
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = srv.Close(ctx)
-		}()
-		select {
-		case <-srv.Done():
-		case <-time.After(10 * time.Second):
-			t.Errorf("gateway did not stop within 10s")
-		}
-		closed := make(chan struct{})
-		go func() { pool.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(10 * time.Second):
-			t.Errorf("backend workers did not return within 10s")
-		}
-		if t.Failed() {
-			t.Logf("gateway logs:\n%s", logs.String())
-		}
-	})
-	return gw
+	g := testgw.Start(t, testgw.Config{Loop: cfg.loop, RPC: cfg.rpc, Mem: mem, MaxTasks: cfg.maxTasks})
+	return &gateway{t: t, srv: g.Srv, rpc: g.RPC, mem: mem, pool: g.Pool, addr: g.Srv.Addr().String(), logs: g.Logs}
 }
 
-// watchdog dumps every goroutine and exits if the test runs longer than
-// watchdogTimeout: a hang must not silently eat the go test timeout.
-func watchdog(t *testing.T) {
-	name := t.Name()
-	timer := time.AfterFunc(watchdogTimeout, func() {
-		buf := make([]byte, 1<<22)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %s; goroutines:\n%s\n", name, watchdogTimeout, buf[:n])
-		os.Exit(2)
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
+// watchdog fails the whole run if t outlives watchdogTimeout (testgw.Watchdog).
+func watchdog(t *testing.T) { testgw.Watchdog(t, watchdogTimeout) }
 
 // waitGate polls until n requests wait on gate name (a bounded poll on the
 // backend's own bookkeeping: a worker registers on the gate asynchronously).

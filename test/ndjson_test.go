@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
 )
@@ -485,7 +485,7 @@ func TestNDJSONConnRecognisedOnEphemeralPort(t *testing.T) {
 // NDJSON on NDJSONAddr().
 func TestNDJSONListenSameAddressString(t *testing.T) {
 	watchdog(t)
-	logs := &syncBuffer{}
+	logs := &testgw.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	pool := backend.NewPool(64, time.Second)
 	t.Cleanup(pool.Close) // runs last: after the engine stopped
@@ -502,18 +502,7 @@ func TestNDJSONListenSameAddressString(t *testing.T) {
 		t.Logf("refused, as allowed: %v", err)
 		return
 	}
-	t.Cleanup(func() {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = srv.Close(ctx)
-		}()
-		select {
-		case <-srv.Done():
-		case <-time.After(10 * time.Second):
-			t.Errorf("gateway did not stop within 10s")
-		}
-	})
+	t.Cleanup(func() { testgw.Stop(t, srv) })
 	gw := &gateway{t: t, srv: srv, rpc: rs, mem: mem, pool: pool, addr: srv.Addr().String(), logs: logs}
 	if a, n := srv.Addr().String(), srv.NDJSONAddr().String(); a == n {
 		t.Fatalf("Addr() and NDJSONAddr() are both %s", a)

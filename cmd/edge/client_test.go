@@ -13,18 +13,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
-	"github.com/openengine/edge/rpc"
 )
 
 const cliWait = 5 * time.Second // one awaited effect
@@ -37,63 +33,13 @@ type cliGateway struct {
 	tcpURL string
 }
 
-// cliStartGateway starts a gateway serving WebSocket and NDJSON over TCP,
-// stopped in t.Cleanup, and arms a watchdog.
+// cliStartGateway starts a gateway serving WebSocket and NDJSON over TCP
+// (testgw.Start), stopped in t.Cleanup, and arms a watchdog.
 func cliStartGateway(t *testing.T) *cliGateway {
 	t.Helper()
-	timer := time.AfterFunc(45*time.Second, func() {
-		buf := make([]byte, 1<<22)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s hangs; goroutines:\n%s\n", t.Name(), buf[:n])
-		os.Exit(2)
-	})
-	t.Cleanup(func() { timer.Stop() })
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mem := backend.NewMemory()
-	pool := backend.NewPool(1024, time.Second)
-	rs, err := rpc.NewServer(rpc.Config{Handler: mem, Pool: pool, Logger: logger})
-	if err != nil {
-		t.Fatalf("rpc.NewServer: %v", err)
-	}
-	// The NDJSON listener gets a concrete port spelled unlike the WebSocket
-	// one: with port 0 the loop does not recognise NDJSON connections (see
-	// test/ndjson_test.go). On the rare clash with another process, retry.
-	var srv *loop.Server
-	for attempt := 0; ; attempt++ {
-		ln, err := net.Listen("tcp", "127.0.0.2:0")
-		if err != nil {
-			t.Fatalf("listen: %v", err)
-		}
-		nd := ln.Addr().String()
-		ln.Close()
-		srv, err = loop.New(loop.Config{Listen: "127.0.0.1:0", NDJSONListen: nd, Loops: 1, Logger: logger}, rs)
-		if err != nil {
-			t.Fatalf("loop.New: %v", err)
-		}
-		if err = srv.Start(); err == nil {
-			break
-		}
-		if attempt == 5 {
-			t.Fatalf("Start: %v", err)
-		}
-	}
-	t.Cleanup(func() {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = srv.Close(ctx)
-		}()
-		select {
-		case <-srv.Done():
-		case <-time.After(10 * time.Second):
-			t.Errorf("gateway did not stop within 10s")
-		}
-		pool.Close()
-	})
-	if srv.Addr() == nil || srv.NDJSONAddr() == nil {
-		t.Fatalf("gateway addresses: WebSocket %v, NDJSON %v", srv.Addr(), srv.NDJSONAddr())
-	}
-	return &cliGateway{mem: mem, pool: pool, wsURL: "ws://" + srv.Addr().String() + "/", tcpURL: "tcp://" + srv.NDJSONAddr().String()}
+	watchdog(t)
+	g := testgw.Start(t, testgw.Config{Loop: loop.Config{Loops: 1}, MaxTasks: 1024, NDJSON: true, QuietLogs: true})
+	return &cliGateway{mem: g.Mem, pool: g.Pool, wsURL: "ws://" + g.Srv.Addr().String() + "/", tcpURL: "tcp://" + g.Srv.NDJSONAddr().String()}
 }
 
 var cliTransports = []string{"ws", "tcp"}

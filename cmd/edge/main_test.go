@@ -10,13 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/openengine/edge/internal/testgw"
 )
 
 // Time bounds: every wait is bounded; none is used to wait for an effect.
@@ -94,36 +95,8 @@ func goldens(t *testing.T) []golden {
 	return out
 }
 
-// watchdog dumps every goroutine and exits if the test runs longer than
-// watchdogTimeout: a hang must not silently eat the go test timeout.
-func watchdog(t *testing.T) {
-	name := t.Name()
-	timer := time.AfterFunc(watchdogTimeout, func() {
-		buf := make([]byte, 1<<22)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %s; goroutines:\n%s\n", name, watchdogTimeout, buf[:n])
-		os.Exit(2)
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use (stderr of run).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// watchdog fails the whole run if t outlives watchdogTimeout (testgw.Watchdog).
+func watchdog(t *testing.T) { testgw.Watchdog(t, watchdogTimeout) }
 
 // lineReader turns an output stream into lines on a channel: each line
 // without its "\n"; an unterminated tail is reported as such, then the
@@ -206,12 +179,12 @@ func checkProtocolLine(t *testing.T, line string) {
 
 // startStdio runs run() with --stdio and args on a goroutine, with stdin and
 // stdout as pipes. wait closes nothing; it returns run's result.
-func startStdio(t *testing.T, args ...string) (s *session, wait func() error, stderr *syncBuffer) {
+func startStdio(t *testing.T, args ...string) (s *session, wait func() error, stderr *testgw.Buffer) {
 	t.Helper()
 	watchdog(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	stderr = &syncBuffer{}
+	stderr = &testgw.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -289,7 +262,7 @@ const (
 func runStdio(t *testing.T, stdin string, args ...string) (stdout string, err error, took time.Duration) {
 	t.Helper()
 	var out bytes.Buffer
-	stderr := &syncBuffer{}
+	stderr := &testgw.Buffer{}
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -501,7 +474,7 @@ func TestStdioBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &syncBuffer{}
+	stderr := &testgw.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
