@@ -57,12 +57,14 @@ func BenchmarkGeneratorRequest(b *testing.B) {
 			fc := &fakeConn{}
 			c := &Conn{nc: fc, br: bufio.NewReaderSize(rs, DefaultReadBuffer), d: JSONRPC{}, mask: [4]byte{1, 2, 3, 4}}
 			req, off := JSONRPC{}.Echo(params)
-			w := newClosedWorker(c, req, off, 0, window, Window{Start: 0, End: math.MaxInt64}, NewRecorder())
+			o := newClosedConn(c, 0, req, off, 0, window)
+			l := &closedLoop{conns: []*closedConn{o}, d: JSONRPC{}, win: Window{Start: 0, End: math.MaxInt64},
+				lat: LatBuf{R: NewRecorder()}}
 			for range window {
-				w.push()
+				o.push()
 			}
-			w.stamp()
-			w.wbuf = w.wbuf[:0]
+			o.stamp()
+			o.wbuf = o.wbuf[:0]
 			b.SetBytes(int64(len(req)))
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -71,15 +73,15 @@ func BenchmarkGeneratorRequest(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				w.handle(msg, c.At())
-				if !c.Ready() { // as run does: stamp and write once per read
-					w.stamp()
-					w.wbuf = w.wbuf[:0]
+				l.handle(o, msg, c.At())
+				if !c.Ready() { // as read does: stamp and write once per read
+					o.stamp()
+					o.wbuf = o.wbuf[:0]
 				}
 			}
 			b.StopTimer()
-			if w.unmatched != 0 || w.replies == 0 {
-				b.Fatalf("unmatched %d replies %d", w.unmatched, w.replies)
+			if l.unmatched != 0 || l.replies == 0 {
+				b.Fatalf("unmatched %d replies %d", l.unmatched, l.replies)
 			}
 		})
 	}

@@ -2,9 +2,11 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ClosedConfig is a closed-loop run: Conns connections, each keeping Window
@@ -19,8 +21,18 @@ type ClosedConfig struct {
 	ReadBuf int    // per-connection read buffer (0: DefaultReadBuffer)
 	Warmup  time.Duration
 	Measure time.Duration
-	Hooks   Hooks
+	// Spin makes the loop poll its sockets without ever parking (see
+	// OpenConfig.Spin): a parked generator's vCPU halts whenever the server
+	// has not answered yet, and waking it is slow on a virtual machine, so
+	// that a closed loop against a slower server turns into a latency-bound
+	// ping-pong instead of keeping the server busy. The generator's CPU
+	// time then includes the polling; SpinIdle reports how much of it found
+	// nothing to do. Not while another goroutine of the process has timely
+	// work (W7 runs two closed loops side by side).
+	Spin  bool
+	Hooks Hooks
 	// Conns to use instead of dialling (they stay open); Conns is ignored.
+	// They must not be used by anyone else during the run.
 	Reuse []*Conn
 }
 
@@ -41,133 +53,91 @@ func ringSize(window int) int {
 	return n
 }
 
-// closedWorker drives one connection of a closed-loop run. Every field is
-// owned by its goroutine.
-type closedWorker struct {
-	c      *Conn
-	d      Dialect
-	tmpl   *Template
-	win    Window
-	window int
+// closedDrain bounds the wait, after the window, for the replies still
+// outstanding.
+const closedDrain = 2 * time.Second
+
+// closedConn is one connection of a closed-loop run. Every field is owned by
+// the loop's goroutine.
+type closedConn struct {
+	c    *Conn
+	fd   int
+	tag  int // index in closedLoop.conns, the tag of its events
+	tmpl *Template
 
 	ring []slot
 	mask uint64
 	next uint64 // next sequence number
-	from uint64 // first sequence number appended since the last flush
-	out  int    // requests in flight
-	wbuf []byte
-	lat  LatBuf
+	from uint64 // first sequence number appended since the last stamp
+	out  int    // requests in flight (sent or waiting in wbuf)
+	wbuf []byte // the next batch
+	held bool   // the Conn refused wbuf (errBacklog): it goes once the backlog drained
 
-	replies, errors, unmatched int64
-	err                        error
+	outWatch bool  // the poller watches the socket for writing
+	closed   bool  // the server closed it, or it failed: no longer used
+	err      error // why it closed
 }
 
-func newClosedWorker(c *Conn, req []byte, idOff, frag, window int, win Window, rec *Recorder) *closedWorker {
+func newClosedConn(c *Conn, tag int, req []byte, idOff, frag, window int) *closedConn {
 	n := ringSize(window)
 	t := NewTemplate(req, c.Mask(), frag, idOff)
-	return &closedWorker{
-		c: c, d: c.Dialect(), tmpl: t, win: win, window: window,
+	return &closedConn{
+		c: c, fd: -1, tag: tag, tmpl: t,
 		ring: make([]slot, n), mask: uint64(n - 1),
 		wbuf: make([]byte, 0, window*t.Len()),
-		lat:  LatBuf{R: rec},
 	}
 }
 
 // push appends the next request to the write buffer.
-func (w *closedWorker) push() {
-	w.wbuf = w.tmpl.Append(w.wbuf, IDOf(w.next))
-	w.next++
-	w.out++
+func (o *closedConn) push() {
+	o.wbuf = o.tmpl.Append(o.wbuf, IDOf(o.next))
+	o.next++
+	o.out++
 }
 
 // stamp records the current time as the send time of the requests appended
 // since the last stamp.
-func (w *closedWorker) stamp() {
+func (o *closedConn) stamp() {
 	now := Now()
-	for s := w.from; s < w.next; s++ {
-		w.ring[s&w.mask] = slot{seq: s, sent: now}
+	for s := o.from; s < o.next; s++ {
+		o.ring[s&o.mask] = slot{seq: s, sent: now}
 	}
-	w.from = w.next
+	o.from = o.next
 }
 
-// flush stamps the requests appended since the last flush and writes them
-// with one syscall.
-func (w *closedWorker) flush() error {
-	if len(w.wbuf) == 0 {
-		return nil
-	}
-	w.stamp()
-	err := w.c.Write(w.wbuf)
-	w.wbuf = w.wbuf[:0]
-	return err
-}
+// closedLoop is the state of one closed-loop run: one goroutine drives every
+// connection, each keeping its window of requests in flight, through a
+// poller of its own (see poller and openLoop). Every field is owned by that
+// goroutine.
+type closedLoop struct {
+	cfg   ClosedConfig
+	conns []*closedConn
+	p     *poller
+	d     Dialect
+	win   Window
 
-// handle processes one server message; it reports whether the message
-// answered a request of ours.
-func (w *closedWorker) handle(msg []byte, now int64) {
-	m := w.d.Classify(msg)
-	switch m.Kind {
-	case KindPing:
-		w.c.WriteText(w.d.PingReply())
-		return
-	case KindReply, KindError:
-	default:
-		return
-	}
-	if m.Kind == KindError {
-		w.errors++
-	}
-	if !m.HasID || m.ID < IDBase {
-		return
-	}
-	seq := m.ID - IDBase
-	s := &w.ring[seq&w.mask]
-	if s.sent == 0 || s.seq != seq {
-		w.unmatched++
-		return
-	}
-	if w.win.In(now) {
-		w.replies++
-		w.lat.Add(now - s.sent)
-	}
-	s.sent = 0
-	w.out--
-	if now < w.win.End {
-		w.push()
-	}
-}
+	started, ended bool
+	drainEnd       int64
 
-func (w *closedWorker) run() {
-	defer w.lat.Flush()
-	for range w.window {
-		w.push()
-	}
-	if w.err = w.flush(); w.err != nil {
-		return
-	}
-	for {
-		msg, err := w.c.Next()
-		if err != nil {
-			if !isTimeout(err) {
-				w.err = err
-			}
-			return
-		}
-		now := w.c.At()
-		w.handle(msg, now)
-		if !w.c.Ready() {
-			if w.err = w.flush(); w.err != nil {
-				return
-			}
-		}
-		if w.out == 0 && now >= w.win.End {
-			return
-		}
-	}
+	lat                        LatBuf
+	spinIdle                   int64 // ns of the window spent polling with nothing to do (Spin)
+	replies, errors, unmatched int64
+	outstanding                int   // requests in flight, all connections
+	firstErr                   error // the first connection failure
 }
 
 // RunClosed runs a closed-loop workload and returns what it measured in its
-// window. Connections it dialled are closed when it returns.
+// window. Each connection writes its whole window at once, then, whenever it
+// has consumed every reply it holds, the requests those replies released,
+// with one write. One goroutine drives every connection: their sockets sit in
+// an epoll set of its own (see poller) that parks in the Go netpoller, or is
+// polled without parking with Spin; reads and writes are non-blocking raw
+// syscalls, one read per readable socket (no empty reads). After the window
+// it waits up to closedDrain for the replies outstanding. A connection that
+// fails or that the server closes is dropped (its requests no longer
+// waited for); the run returns the first such error only when no reply was
+// measured. Connections it dialled are closed when it returns; Reuse
+// connections are handed back usable.
 func RunClosed(ctx context.Context, cfg ClosedConfig) (Result, error) {
 	conns := cfg.Reuse
 	if conns == nil {
@@ -178,50 +148,266 @@ func RunClosed(ctx context.Context, cfg ClosedConfig) (Result, error) {
 			return Result{Conns: len(conns)}, fmt.Errorf("dial: %w", err)
 		}
 	}
+	if len(conns) == 0 {
+		return Result{}, errors.New("load: closed loop without connections")
+	}
 	window := max(cfg.Window, 1)
+	p, err := newPoller(256)
+	if err != nil {
+		return Result{Conns: len(conns)}, err
+	}
+	defer p.Close()
 	rec := NewRecorder()
-	t0 := Now()
-	win := Window{Start: t0 + int64(cfg.Warmup), End: t0 + int64(cfg.Warmup+cfg.Measure)}
-	workers := make([]*closedWorker, len(conns))
-	var wg sync.WaitGroup
+	l := &closedLoop{cfg: cfg, p: p, d: conns[0].Dialect(), lat: LatBuf{R: rec}}
+	defer l.detach()
 	for i, c := range conns {
-		workers[i] = newClosedWorker(c, cfg.Request, cfg.IDOff, cfg.Frag, window, win, rec)
-		wg.Add(1)
-		go func() { defer wg.Done(); workers[i].run() }()
-	}
-	err := sleepUntil(ctx, win.Start)
-	if err == nil {
-		cfg.Hooks.start()
-		err = sleepUntil(ctx, win.End)
-		cfg.Hooks.end()
-	}
-	grace := 2 * time.Second
-	if err != nil {
-		grace = 0
-	}
-	waitOrUnblock(&wg, grace, conns)
-	if cfg.Reuse != nil {
-		for _, c := range conns {
-			c.nc.SetReadDeadline(time.Time{})
+		o := newClosedConn(c, i, cfg.Request, cfg.IDOff, cfg.Frag, window)
+		fd, err := c.attach()
+		if err != nil {
+			return Result{Conns: len(conns)}, fmt.Errorf("attach: %w", err)
+		}
+		o.fd = fd
+		l.conns = append(l.conns, o)
+		if err := p.add(fd, i, false); err != nil {
+			return Result{Conns: len(conns)}, fmt.Errorf("epoll_ctl: %w", err)
 		}
 	}
-	res := Result{Conns: len(conns), Seconds: win.Seconds()}
-	var werr error
-	for _, w := range workers {
-		res.Requests += w.replies
-		res.Errors += w.errors
-		res.Unmatched += w.unmatched
-		if werr == nil && w.err != nil {
-			werr = w.err
+	t0 := Now()
+	l.win = Window{Start: t0 + int64(cfg.Warmup), End: t0 + int64(cfg.Warmup+cfg.Measure)}
+	for _, o := range l.conns {
+		for range window {
+			o.push()
+		}
+		l.outstanding += window
+		l.flush(o)
+		// What a reused connection buffered before the run would not make
+		// its socket readable: read it now (stray replies of an earlier
+		// run are counted as unmatched).
+		if !o.closed {
+			l.read(o)
 		}
 	}
+	serr := l.run(ctx)
+	l.lat.Flush()
+	res := Result{Conns: len(conns), Seconds: l.win.Seconds(),
+		Requests: l.replies, Errors: l.errors, Unmatched: l.unmatched}
 	res.Rate = float64(res.Requests) / res.Seconds
+	res.SpinIdle = float64(l.spinIdle) / 1e9
 	res.Latency = rec.Latency()
-	if err != nil {
-		return res, err
+	if serr != nil {
+		return res, serr
 	}
-	if res.Requests == 0 && werr != nil {
-		return res, werr
+	if res.Requests == 0 && l.firstErr != nil {
+		return res, l.firstErr
 	}
 	return res, nil
+}
+
+// run is the loop: start and end the window on time, handle what the
+// sockets have; after the window, wait for the outstanding replies up to the
+// drain time. It returns when that is over or when ctx is done.
+func (l *closedLoop) run(ctx context.Context) error {
+	done := ctx.Done()
+	for {
+		now := Now()
+		if !l.started && now >= l.win.Start {
+			l.cfg.Hooks.start()
+			l.started = true
+			now = Now()
+		}
+		if !l.ended && now >= l.win.End {
+			l.cfg.Hooks.end()
+			l.ended = true
+			l.drainEnd = Now() + int64(closedDrain)
+		}
+		if l.ended && (l.outstanding == 0 || now >= l.drainEnd) {
+			return nil
+		}
+		select {
+		case <-done:
+			l.stop()
+			return ctx.Err()
+		default:
+		}
+		evs, err := l.p.await(now, l.nextWake(now), l.cfg.Spin, l.win, &l.spinIdle)
+		if err != nil {
+			l.stop()
+			return err
+		}
+		for _, ev := range evs {
+			l.event(ev)
+		}
+	}
+}
+
+// stop runs the end hook of a window cut short.
+func (l *closedLoop) stop() {
+	if l.started && !l.ended {
+		l.cfg.Hooks.end()
+		l.ended = true
+	}
+}
+
+// nextWake is when the loop must next look at the clock: the window's
+// edges or the end of the drain, and at least every maxPark for the context.
+func (l *closedLoop) nextWake(now int64) int64 {
+	next := now + maxPark
+	switch {
+	case !l.started:
+		next = min(next, l.win.Start)
+	case !l.ended:
+		next = min(next, l.win.End)
+	default:
+		next = min(next, l.drainEnd)
+	}
+	return next
+}
+
+// event handles one poller event.
+func (l *closedLoop) event(ev unix.EpollEvent) {
+	if ev.Fd == timerTag {
+		l.p.fired(Now())
+		return
+	}
+	o := l.conns[ev.Fd]
+	if o.closed {
+		return
+	}
+	if ev.Events&unix.EPOLLOUT != 0 {
+		if _, err := o.c.flushBacklog(); err != nil {
+			l.drop(o, err)
+			return
+		}
+		if o.held {
+			if l.flush(o); o.closed {
+				return
+			}
+		}
+		l.watchOut(o)
+	}
+	if ev.Events&^uint32(unix.EPOLLOUT) != 0 {
+		l.read(o)
+	}
+}
+
+// read handles every message that arrived on o, writing the requests they
+// released each time it has consumed every reply it holds.
+func (l *closedLoop) read(o *closedConn) {
+	o.c.readable()
+	for {
+		msg, err := o.c.Next()
+		if err != nil {
+			if err != errWouldBlock {
+				l.drop(o, err)
+				return
+			}
+			// Usually flushed already; not when the last complete frame
+			// was a control frame or the start of a fragmented message.
+			l.flush(o)
+			return
+		}
+		l.handle(o, msg, o.c.At())
+		if o.closed {
+			return
+		}
+		if !o.c.Ready() {
+			if l.flush(o); o.closed {
+				return
+			}
+		}
+	}
+}
+
+// flush stamps the requests appended since the last flush and writes them
+// with one write. What the socket does not take now the Conn keeps and the
+// poller's write events deliver; a batch the Conn refuses (its backlog is
+// full) stays in wbuf, stamped, and goes once the backlog drained.
+func (l *closedLoop) flush(o *closedConn) {
+	if len(o.wbuf) == 0 {
+		return
+	}
+	o.stamp()
+	switch err := o.c.Write(o.wbuf); err {
+	case nil:
+		o.wbuf, o.held = o.wbuf[:0], false
+	case errBacklog:
+		o.held = true
+	default:
+		l.drop(o, err)
+		return
+	}
+	l.watchOut(o)
+}
+
+// handle processes one server message received at now.
+func (l *closedLoop) handle(o *closedConn, msg []byte, now int64) {
+	m := l.d.Classify(msg)
+	switch m.Kind {
+	case KindPing:
+		if err := o.c.WriteText(l.d.PingReply()); err != nil && err != errBacklog {
+			l.drop(o, err)
+			return
+		}
+		l.watchOut(o)
+		return
+	case KindError:
+		l.errors++
+	case KindReply:
+	default:
+		return
+	}
+	if !m.HasID || m.ID < IDBase {
+		return
+	}
+	seq := m.ID - IDBase
+	s := &o.ring[seq&o.mask]
+	if s.sent == 0 || s.seq != seq {
+		l.unmatched++
+		return
+	}
+	if l.win.In(now) {
+		l.replies++
+		l.lat.Add(now - s.sent)
+	}
+	s.sent = 0
+	o.out--
+	l.outstanding--
+	if now < l.win.End {
+		o.push()
+		l.outstanding++
+	}
+}
+
+// watchOut makes the poller watch o for writing exactly while o has bytes
+// waiting: a backlog in its Conn, or a batch the Conn refused.
+func (l *closedLoop) watchOut(o *closedConn) {
+	if b := o.held || o.c.backlogged(); b != o.outWatch {
+		if err := l.p.watchOut(o.fd, o.tag, b); err != nil {
+			l.drop(o, err)
+			return
+		}
+		o.outWatch = b
+	}
+}
+
+// drop takes a closed or failed connection out of the run: its outstanding
+// requests are no longer waited for.
+func (l *closedLoop) drop(o *closedConn, err error) {
+	if o.closed {
+		return
+	}
+	o.closed, o.err = true, err
+	if l.firstErr == nil {
+		l.firstErr = err
+	}
+	l.outstanding -= o.out
+	o.out = 0
+	l.p.remove(o.fd)
+}
+
+// detach hands every connection back to blocking use.
+func (l *closedLoop) detach() {
+	for _, o := range l.conns {
+		o.c.detach(time.Second)
+	}
 }

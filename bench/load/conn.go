@@ -32,9 +32,9 @@ const DefaultReadBuffer = 16 << 10
 // Next must be called from one goroutine; Write and WriteControl are safe for
 // concurrent use with each other and with Next.
 //
-// A loop that multiplexes many connections on one goroutine (the open loop)
-// attaches them: reads and writes then go straight to the socket without
-// ever blocking (see attach).
+// A loop that multiplexes many connections on one goroutine (the open and
+// the closed loop) attaches them: reads and writes then go straight to the
+// socket without ever blocking (see attach).
 type Conn struct {
 	nc   net.Conn
 	src  *connReader // what br reads from; nil for a Conn built around a fake net.Conn

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -96,13 +95,6 @@ type openLoop struct {
 	outstanding                int // requests in flight, all connections
 	firstClose                 error
 }
-
-// maxPark bounds how long the loop parks (or spins) without looking at its
-// context.
-const maxPark = int64(5 * time.Millisecond)
-
-// spinYield is how often a spinning loop yields the P to other goroutines.
-const spinYield = int64(time.Millisecond)
 
 // RunOpen runs a fixed-rate workload. The schedule is one send every 1/Rate
 // seconds; one goroutine sends every request and reads every reply, waking
@@ -215,7 +207,7 @@ func (l *openLoop) run(ctx context.Context) error {
 			return ctx.Err()
 		default:
 		}
-		evs, err := l.wait(now)
+		evs, err := l.p.await(now, l.nextWake(now), l.cfg.Spin, l.win, &l.spinIdle)
 		if err != nil {
 			return err
 		}
@@ -228,53 +220,6 @@ func (l *openLoop) run(ctx context.Context) error {
 				l.sendDue(now)
 				next = l.due(l.i) - l.ahead()
 			}
-		}
-	}
-}
-
-// wait returns the events that are ready once something happened or the
-// loop must look at the clock (nextWake): parked, or spinning (Spin).
-func (l *openLoop) wait(now int64) ([]unix.EpollEvent, error) {
-	next := l.nextWake(now)
-	if l.cfg.Spin {
-		return l.spin(now, next)
-	}
-	park, err := l.p.wakeAt(next, now)
-	if err != nil {
-		return nil, err
-	}
-	if park {
-		_, err = l.p.wait()
-	} else {
-		l.p.parked = false
-		l.p.poll(0)
-		err = l.p.err
-	}
-	if err != nil {
-		return nil, fmt.Errorf("epoll_wait: %w", err)
-	}
-	return l.p.ready, nil
-}
-
-// spin polls without parking until an event is ready or the clock reaches
-// next, yielding the P every spinYield; the time it spent inside the window
-// is idle spinning.
-func (l *openLoop) spin(start, next int64) ([]unix.EpollEvent, error) {
-	l.p.parked = false
-	yield := start + spinYield
-	for {
-		l.p.poll(0)
-		now := Now()
-		if len(l.p.ready) > 0 || l.p.err != nil || now >= next {
-			l.spinIdle += max(min(now, l.win.End)-max(start, l.win.Start), 0)
-			if l.p.err != nil {
-				return nil, fmt.Errorf("epoll_wait: %w", l.p.err)
-			}
-			return l.p.ready, nil
-		}
-		if now >= yield {
-			runtime.Gosched()
-			yield = Now() + spinYield
 		}
 	}
 }

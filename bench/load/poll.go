@@ -3,6 +3,7 @@ package load
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -47,6 +48,13 @@ const timerTag = -1
 
 // maxLead bounds the poller's lead (see Pacer).
 const maxLead = int64(200 * time.Microsecond)
+
+// maxPark bounds how long a loop parks (or spins) without looking at its
+// context.
+const maxPark = int64(5 * time.Millisecond)
+
+// spinYield is how often a spinning loop yields the P to other goroutines.
+const spinYield = int64(time.Millisecond)
 
 // newPoller returns a poller that harvests up to maxEvents events per poll.
 func newPoller(maxEvents int) (*poller, error) {
@@ -140,6 +148,56 @@ func (p *poller) wait() ([]unix.EpollEvent, error) {
 		return nil, err
 	}
 	return p.ready, p.err
+}
+
+// await returns the events that are ready once something happened or the
+// clock reaches next (the caller's next deadline; a timer event then
+// arrives, or, spinning, the result is empty): parked in the Go netpoller
+// with the timer armed for next, or, with spin, polling without ever parking
+// and yielding the P every spinYield. The time spin polled with nothing to
+// do inside win is added to *idle. The events are valid until the next poll.
+func (p *poller) await(now, next int64, spin bool, win Window, idle *int64) ([]unix.EpollEvent, error) {
+	if spin {
+		return p.spin(now, next, win, idle)
+	}
+	park, err := p.wakeAt(next, now)
+	if err != nil {
+		return nil, err
+	}
+	if park {
+		_, err = p.wait()
+	} else {
+		p.parked = false
+		p.poll(0)
+		err = p.err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("epoll_wait: %w", err)
+	}
+	return p.ready, nil
+}
+
+// spin polls without parking until an event is ready or the clock reaches
+// next, yielding the P every spinYield; the time it spent inside win is
+// idle polling, added to *idle.
+func (p *poller) spin(start, next int64, win Window, idle *int64) ([]unix.EpollEvent, error) {
+	p.parked = false
+	yield := start + spinYield
+	for {
+		p.poll(0)
+		now := Now()
+		if len(p.ready) > 0 || p.err != nil || now >= next {
+			*idle += max(min(now, win.End)-max(start, win.Start), 0)
+			if p.err != nil {
+				return nil, fmt.Errorf("epoll_wait: %w", p.err)
+			}
+			return p.ready, nil
+		}
+		if now >= yield {
+			runtime.Gosched()
+			yield = Now() + spinYield
+		}
+	}
 }
 
 // wakeAt makes a timer event arrive at about t on the generator clock (lead

@@ -50,7 +50,7 @@ type Result struct {
 	// scheduled time (its own lag, included in Latency).
 	SendLag *Latency `json:"send_lag,omitempty"`
 	Sent    int64    `json:"sent,omitempty"`
-	// Open loop with Spin: seconds of the window the generator spent
+	// Open or closed loop with Spin: seconds of the window the generator spent
 	// polling with nothing to do (included in its CPU time).
 	SpinIdle float64 `json:"spin_idle_s,omitempty"`
 	Skipped  int64   `json:"skipped,omitempty"` // open loop: not sent: the connection had openRing outstanding, its socket took no more, or the server had closed it
@@ -147,19 +147,6 @@ func unblock(conns []*Conn) {
 	for _, c := range conns {
 		c.nc.SetReadDeadline(past)
 	}
-}
-
-// waitOrUnblock waits for wg up to grace, then unblocks conns and waits for good.
-func waitOrUnblock(wg *sync.WaitGroup, grace time.Duration, conns []*Conn) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return
-	case <-time.After(grace):
-	}
-	unblock(conns)
-	<-done
 }
 
 // isTimeout reports whether err is a deadline error (how stopped readers end).
