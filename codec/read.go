@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"encoding/binary"
 	"slices"
 	"unicode/utf8"
 
@@ -112,6 +113,23 @@ func (r *Reader) Next(b []byte) (ev Event, consumed int, err error) {
 			return Event{Kind: EventText, Payload: r.endMessage()}, off, nil
 		}
 
+		// The common frame first: a whole unfragmented masked text message
+		// of under 126 bytes, outside a fragmented message. Its two header
+		// bytes and mask key say everything that ParseHeader and check would
+		// work out (FIN, no RSV bits, text, masked, a 7-bit length).
+		if rest := b[off:]; !r.inMessage && len(rest) >= 6 && rest[0] == 0x80|byte(ws.OpText) && rest[1]&0x80 != 0 {
+			if n := int(rest[1] & 0x7f); n < 126 && 6+n <= len(rest) && int64(n) <= r.maxMessage() {
+				p := rest[6 : 6+n]
+				unmaskShort(p, rest[2:6])
+				if r.DeferUTF8 {
+					return Event{Kind: EventText, Payload: p, Unchecked: true}, off + 6 + n, nil
+				}
+				if !utf8.Valid(p) {
+					return r.fail(invalidUTF8(reasonBadText), off)
+				}
+				return Event{Kind: EventText, Payload: p}, off + 6 + n, nil
+			}
+		}
 		h, hn, err := ParseHeader(b[off:])
 		if err == ErrNeedMore {
 			return Event{}, off, nil
@@ -169,6 +187,22 @@ func (r *Reader) Next(b []byte) (ev Event, consumed int, err error) {
 		r.remaining = h.Length
 		r.msgLen += h.Length
 		r.inMessage = true
+	}
+}
+
+// unmaskShort unmasks p (at most 125 bytes, from the start of a frame's
+// payload) with the 4-byte key: eight bytes at a time, the key repeated,
+// then byte by byte. For payloads this short it is cheaper than ws.Cipher,
+// which is built for long ones.
+func unmaskShort(p, key []byte) {
+	k := uint64(binary.LittleEndian.Uint32(key))
+	k |= k << 32
+	for len(p) >= 8 {
+		binary.LittleEndian.PutUint64(p, binary.LittleEndian.Uint64(p)^k)
+		p = p[8:]
+	}
+	for i := range p {
+		p[i] ^= byte(k >> (8 * (i & 3)))
 	}
 }
 

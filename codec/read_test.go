@@ -464,11 +464,19 @@ func benchFrame(n int) []byte {
 // call. Each iteration first copies the masked frame into the input buffer (as a
 // socket read would), since Next unmasks in place.
 func BenchmarkReaderNext(b *testing.B) {
-	for _, n := range []int{64, 1024} {
-		b.Run(fmt.Sprintf("%dB", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n         int
+		deferUTF8 bool
+	}{{64, false}, {1024, false}, {64, true}} {
+		n := c.n
+		name := fmt.Sprintf("%dB", n)
+		if c.deferUTF8 {
+			name += "-deferUTF8" // as the gateway reads
+		}
+		b.Run(name, func(b *testing.B) {
 			src := benchFrame(n)
 			in := make([]byte, len(src))
-			var r Reader
+			r := Reader{DeferUTF8: c.deferUTF8}
 			b.ReportAllocs()
 			b.SetBytes(int64(n))
 			for b.Loop() {
@@ -543,4 +551,82 @@ func randomStream(rng *rand.Rand) []byte {
 		s = append(s, f.bytes()...)
 	}
 	return s
+}
+
+// TestReaderShortFrameFastPath checks the short-frame shortcut of Next
+// against the general path: every first header byte (FIN, RSV bits, every
+// opcode) with every 7-bit length, masked and not, a valid and an invalid
+// UTF-8 payload, after a fragment start or not, and message limits below
+// and above the length. Whole (the shortcut may apply) and in two pieces cut
+// after the first payload byte (it cannot: the frame is not whole, so the
+// general path absorbs it) must give the same events and close code.
+func TestReaderShortFrameFastPath(t *testing.T) {
+	payload := func(n int, valid bool) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = 'a' + byte(i%26)
+		}
+		if !valid && n > 0 {
+			p[n/2] = 0xff
+		}
+		return p
+	}
+	mask := []byte{0x37, 0xfa, 0x21, 0x3d}
+	start := frame{fin: false, op: ws.OpText, payload: []byte("ab")}.bytes()
+	cases := 0
+	for b0 := range 256 {
+		for _, n := range []int{1, 3, 4, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100, 124, 125} {
+			for _, masked := range []bool{true, false} {
+				for _, valid := range []bool{true, false} {
+					p := payload(n, valid)
+					f := []byte{byte(b0), byte(n)}
+					if masked {
+						f[1] |= 0x80
+						f = append(f, mask...)
+						for i, c := range p {
+							f = append(f, c^mask[i&3])
+						}
+					} else {
+						f = append(f, p...)
+					}
+					for _, fragmented := range []bool{false, true} {
+						s := f
+						if fragmented {
+							s = append(bytes.Clone(start), f...)
+						}
+						for _, max := range []int64{0, int64(n), int64(max(n-1, 1))} {
+							cut := len(s) - len(f) + len(f) - n + 1 // after the first payload byte
+							whole := feed(t, max, s, nil)
+							split := feed(t, max, s, []int{cut})
+							if !sameEvents(whole, split) {
+								t.Fatalf("header % x, %d bytes, fragmented %v, max %d:\nwhole %v\nsplit %v",
+									f[:2], n, fragmented, max, whole, split)
+							}
+							cases++
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d cases", cases)
+}
+
+// TestUnmaskShort compares unmaskShort with ws.Cipher for every length it
+// serves and keys with every byte distinct.
+func TestUnmaskShort(t *testing.T) {
+	for _, key := range [][]byte{{1, 2, 3, 4}, {0xff, 0, 0x80, 0x7f}, {0, 0, 0, 0}} {
+		for n := range 126 {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i*7 + 3)
+			}
+			want := bytes.Clone(p)
+			ws.Cipher(want, [4]byte(key), 0)
+			unmaskShort(p, key)
+			if !bytes.Equal(p, want) {
+				t.Fatalf("key % x, %d bytes: got % x, want % x", key, n, p, want)
+			}
+		}
+	}
 }
