@@ -76,6 +76,9 @@ func (p *Pool) TryAcquire() bool {
 // Release returns a slot taken with TryAcquire. Safe for concurrent use.
 func (p *Pool) Release() { p.running.Add(-1) }
 
+// ReleaseN returns n slots taken with TryAcquire. Safe for concurrent use.
+func (p *Pool) ReleaseN(n int) { p.running.Add(-int64(n)) }
+
 // Running reports how many slots are taken. Safe for concurrent use.
 func (p *Pool) Running() int { return int(p.running.Load()) }
 

@@ -28,8 +28,11 @@ type eventLoop struct {
 
 	handled int // loop-owned: messages handed to sessions in the current turn
 	// jobs are the backend calls sessions dispatched in the current turn,
-	// handed to the pool together by submitJobs.
-	jobs []backend.Job // loop-owned
+	// handed to the pool together by submitJobs; calls to non-blocking
+	// methods are gathered in batch first, up to maxBatch per job.
+	jobs    []backend.Job // loop-owned
+	batch   *rpc.Batch    // loop-owned: being filled, or nil
+	batches []*rpc.Batch  // loop-owned: applied batches for reuse
 
 	spare []rpc.Completion // loop-owned: the other half of the double buffer
 	conns []*conn          // loop-owned: every open connection, for sweeps
@@ -85,14 +88,51 @@ func (l *eventLoop) Post(c rpc.Completion) {
 	}
 }
 
+// maxBatch bounds the calls of one rpc.Batch: a turn that admits more makes
+// several jobs, which several workers can run at once when there are
+// processors for them.
+const maxBatch = 64
+
 // Submit implements rpc.Submitter: it holds a dispatched call until the end
-// of the turn. Runs on the loop.
-func (l *eventLoop) Submit(j backend.Job) { l.jobs = append(l.jobs, j) }
+// of the turn, a call to a non-blocking method in the turn's batch. Runs on
+// the loop.
+func (l *eventLoop) Submit(j backend.Job) {
+	t, ok := j.(*rpc.Task)
+	if !ok || !t.NonBlocking() {
+		l.jobs = append(l.jobs, j)
+		return
+	}
+	if l.batch == nil {
+		if n := len(l.batches); n > 0 {
+			l.batch = l.batches[n-1]
+			l.batches[n-1] = nil
+			l.batches = l.batches[:n-1]
+		} else {
+			l.batch = &rpc.Batch{Done: l.reuseBatch}
+		}
+	}
+	l.batch.Add(t)
+	if l.batch.Len() == maxBatch {
+		l.jobs = append(l.jobs, l.batch)
+		l.batch = nil
+	}
+}
+
+// reuseBatch keeps an applied batch for the next turn. Runs on the loop.
+func (l *eventLoop) reuseBatch(b *rpc.Batch) {
+	if len(l.batches) < 16 {
+		l.batches = append(l.batches, b)
+	}
+}
 
 // submitJobs hands the calls dispatched in this turn to the pool with one
 // hand-off. Every path that can dispatch ends with flush, which calls it, so
 // no call waits past the turn. Runs on the loop.
 func (l *eventLoop) submitJobs() {
+	if l.batch != nil {
+		l.jobs = append(l.jobs, l.batch)
+		l.batch = nil
+	}
 	if len(l.jobs) == 0 {
 		return
 	}

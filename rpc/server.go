@@ -57,6 +57,15 @@ type Config struct {
 	Registry *Registry
 	// Handler serves backend methods (required).
 	Handler backend.Handler
+	// NonBlocking, when set, names the unary methods whose Handler.Call
+	// never blocks: it computes the result from params and returns, without
+	// I/O and without waiting for ctx, a lock held for long or another call.
+	// A loop hands the calls to such methods that one turn admits to a
+	// worker together (Batch), which runs them back to back and delivers
+	// their results in one hand-off instead of one per call. A method named
+	// here that blocks holds up the calls batched with it. It is asked once
+	// per method, by NewServer. [nil: none]
+	NonBlocking func(method string) bool
 	// Pool runs backend calls and holds the global task cap (required).
 	Pool *backend.Pool
 	// SubscriptionBuffer is the number of undelivered events a subscription may
@@ -104,8 +113,11 @@ func (c *Config) Validate() error {
 type Server struct {
 	cfg        Config             // immutable after NewServer
 	subscriber backend.Subscriber // immutable after NewServer: Handler as a Subscriber, or nil
-	draining   atomic.Bool
-	unary      atomic.Int64 // unary backend calls running (not subscription producers)
+	// nonBlocking holds the unary methods Config.NonBlocking names.
+	// Immutable after NewServer.
+	nonBlocking map[*Method]bool
+	draining    atomic.Bool
+	unary       atomic.Int64 // unary backend calls running (not subscription producers)
 	// establishing counts subscription requests not yet answered.
 	establishing atomic.Int64
 	tasks        sync.Pool // free unary *Task, see newTask
@@ -132,7 +144,16 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	sub, _ := cfg.Handler.(backend.Subscriber)
-	return &Server{cfg: cfg, subscriber: sub}, nil
+	srv := &Server{cfg: cfg, subscriber: sub}
+	if cfg.NonBlocking != nil {
+		srv.nonBlocking = make(map[*Method]bool)
+		for name, m := range cfg.Registry.methods {
+			if m.Kind == Unary && cfg.NonBlocking(name) {
+				srv.nonBlocking[m] = true
+			}
+		}
+	}
+	return srv, nil
 }
 
 // Drain makes every session answer new requests with SERVER_SHUTTING_DOWN

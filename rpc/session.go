@@ -49,8 +49,10 @@ type Poster interface {
 // Submitter is implemented by a Poster that gathers the calls a session
 // dispatches during a loop turn and hands them to the pool together at the
 // end of the turn (backend.Pool.SubmitAll): one hand-off per turn instead of
-// one per request. It must submit every job before the loop blocks, since the
-// job holds a global slot. Without it a session submits each call itself.
+// one per request. Calls to non-blocking methods (Task.NonBlocking) it may
+// gather into a Batch, one job for the lot. It must submit every job before
+// the loop blocks, since the job holds a global slot. Without it a session
+// submits each call itself.
 type Submitter interface {
 	Submit(j backend.Job)
 }
@@ -77,6 +79,7 @@ type Session struct {
 	blocked []*subscription          // loop-owned: live subscriptions with events held back
 
 	lastMethod *Method // loop-owned: the method of the last admitted request
+	lastNB     bool    // loop-owned: lastMethod is non-blocking (Server.nonBlocking)
 	free       []*Task // loop-owned: unary tasks ready for reuse, see newTask
 
 	buf  []byte // loop-owned scratch: encoded message
@@ -201,7 +204,7 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 		if m = s.lastMethod; m == nil || m.Name != string(name) {
 			m = s.srv.cfg.Registry.Lookup(name)
 			if m != nil {
-				s.lastMethod = m
+				s.lastMethod, s.lastNB = m, s.srv.nonBlocking[m]
 			}
 		}
 	}
@@ -233,6 +236,7 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey) {
 	s.gen++
 	t := s.newTask()
 	t.sess, t.gen, t.method = s, s.gen, m
+	t.nonBlocking = s.lastNB // lastMethod is m: request just looked it up
 	t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
 	n := len(env.ID)
 	t.id, t.params = t.buf[:n:n], t.buf[n:]

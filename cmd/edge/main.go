@@ -162,11 +162,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	cancelReply, _ := rpc.ParseCancelReply(o.cancelReply)
 	pool := backend.NewPool(o.maxTasks, o.workerIdle)
 	defer pool.Close()
+	mem := backend.NewMemory()
 	srv, err := rpc.NewServer(rpc.Config{
 		MaxConnTasks:            o.maxConn,
 		CancelReply:             cancelReply,
 		Registry:                reg,
-		Handler:                 backend.NewMemory(),
+		Handler:                 mem,
+		NonBlocking:             mem.NonBlocking,
 		Pool:                    pool,
 		Logger:                  logger,
 		SubscriptionBuffer:      o.subBuffer,

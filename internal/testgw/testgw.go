@@ -110,8 +110,9 @@ type Config struct {
 	// Loop configures the listeners [127.0.0.1:0, 2 loops, the gateway's
 	// logger]. With NDJSON set, NDJSONListen is chosen by Start.
 	Loop loop.Config
-	// RPC configures the dispatch core [Mem, the gateway's logger]; its Pool
-	// is always the gateway's.
+	// RPC configures the dispatch core [Mem, the gateway's logger, and when
+	// the handler is Mem itself, Mem.NonBlocking as cmd/edge wires it]; its
+	// Pool is always the gateway's.
 	RPC rpc.Config
 	// Mem is the gateway's memory backend [a new one]: a test that builds
 	// RPC.Handler around it makes it first.
@@ -160,6 +161,11 @@ func Start(t testing.TB, cfg Config) *Gateway {
 	}
 	if cfg.Handler != nil {
 		cfg.RPC.Handler = cfg.Handler(gw.Mem)
+	}
+	if cfg.RPC.Handler == backend.Handler(gw.Mem) && cfg.RPC.NonBlocking == nil {
+		// As cmd/edge wires it. A wrapped memory backend may block where
+		// the memory backend does not, so it declares nothing.
+		cfg.RPC.NonBlocking = gw.Mem.NonBlocking
 	}
 	if cfg.RPC.Logger == nil {
 		cfg.RPC.Logger = logger
