@@ -48,6 +48,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ReadBufferBytes is the size of each loop's socket read buffer [65536].
 	ReadBufferBytes int
+	// SpareOutputBytes bounds the output buffers each loop keeps between
+	// turns for reuse [64 MiB]. A busy loop reuses them instead of growing
+	// new ones (a fan-out writes to thousands of connections in one turn);
+	// the sweep releases what no turn used within about a second, so only a
+	// busy loop holds them. Lower it to bound memory with many loops, at
+	// some CPU per request under load.
+	SpareOutputBytes int
 	// Echo replaces JSON-RPC with a raw echo of every text message: the
 	// framing stack alone, for the benchmark ceiling and conformance tests.
 	Echo bool
@@ -70,6 +77,7 @@ const (
 	DefaultOutboundHard     = 16 << 20
 	DefaultWriteStall       = 10 * time.Second
 	DefaultReadBufferBytes  = 64 << 10
+	DefaultSpareOutput      = 64 << 20
 )
 
 // Validate reports every problem with c at once.
@@ -102,6 +110,7 @@ func (c *Config) Validate() error {
 	neg("close-timeout", int64(c.CloseTimeout))
 	neg("shutdown-timeout", int64(c.ShutdownTimeout))
 	neg("read-buffer-bytes", int64(c.ReadBufferBytes))
+	neg("spare-output-bytes", int64(c.SpareOutputBytes))
 	neg("outbound-soft-bytes", int64(c.OutboundSoftBytes))
 	neg("outbound-hard-bytes", int64(c.OutboundHardBytes))
 	neg("write-stall-timeout", int64(c.WriteStallTimeout))
@@ -136,6 +145,7 @@ func (c Config) withDefaults() Config {
 	set(&c.MaxMessageBytes, DefaultMaxMessageBytes)
 	set(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	set(&c.ReadBufferBytes, DefaultReadBufferBytes)
+	set(&c.SpareOutputBytes, DefaultSpareOutput)
 	setD(&c.HandshakeTimeout, DefaultHandshakeTimeout)
 	setD(&c.PingInterval, DefaultPingInterval)
 	setD(&c.PongTimeout, DefaultPongTimeout)

@@ -43,6 +43,7 @@ type eventLoop struct {
 	// spareLow is the fewest spares held since the last sweep: that many at
 	// the bottom of bufs went unused and the sweep releases them.
 	spareLow int // loop-owned
+	spareMax int // immutable: Config.SpareOutputBytes
 	// paused lists connections over their soft outbound cap; entries whose
 	// connection was resumed or closed are dropped at the next paused sweep.
 	paused []*conn // loop-owned
@@ -52,7 +53,8 @@ type eventLoop struct {
 }
 
 // Output buffers: a new one has minOutBuf bytes; one larger than maxSpareBuf
-// is dropped after its flush; a loop keeps at most maxSpareBytes of spares,
+// is dropped after its flush; a loop keeps at most Config.SpareOutputBytes of
+// spares (64 MiB by default),
 // and each sweep releases the spares that no turn needed since the last one,
 // so a quiet loop holds none. Idle connections hold none either. The limits
 // are well above what busy turns write: a buffer dropped after every turn
@@ -61,9 +63,8 @@ type eventLoop struct {
 // and a quarter in W4 (a fan-out to 10,000 connections needs one buffer per
 // connection in the same turn).
 const (
-	minOutBuf     = 512
-	maxSpareBuf   = 1 << 20
-	maxSpareBytes = 64 << 20
+	minOutBuf   = 512
+	maxSpareBuf = 1 << 20
 )
 
 // Post queues a completion for the loop and makes sure a drain is scheduled.
@@ -292,7 +293,7 @@ func (l *eventLoop) trimSpares() {
 }
 
 func (l *eventLoop) putBuf(b []byte) {
-	if cap(b) <= maxSpareBuf && l.spareBytes+cap(b) <= maxSpareBytes {
+	if cap(b) <= maxSpareBuf && l.spareBytes+cap(b) <= l.spareMax {
 		l.bufs = append(l.bufs, b[:0])
 		l.spareBytes += cap(b)
 	}

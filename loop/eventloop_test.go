@@ -12,7 +12,7 @@ import (
 // output buffers that no turn took since the previous sweep, so a busy loop
 // keeps what its turns use and a quiet one ends up holding nothing.
 func TestTrimSparesReleasesUnusedBuffers(t *testing.T) {
-	l := &eventLoop{}
+	l := &eventLoop{spareMax: DefaultSpareOutput}
 	check := func(step string, held, bytes int) {
 		t.Helper()
 		if len(l.bufs) != held || l.spareBytes != bytes {
@@ -46,6 +46,14 @@ func TestTrimSparesReleasesUnusedBuffers(t *testing.T) {
 	big := make([]byte, 0, maxSpareBuf+1)
 	l.putBuf(big)
 	check("an oversized buffer", 0, 0)
+
+	// Nor past SpareOutputBytes: with room for two, the third is dropped.
+	l.spareMax = 2 * minOutBuf
+	bufs = [][]byte{l.getBuf(), l.getBuf(), l.getBuf()}
+	for _, b := range bufs {
+		l.putBuf(b)
+	}
+	check("a budget of two buffers", 2, 2*minOutBuf)
 }
 
 // jobFunc adapts a function to backend.Job.

@@ -175,7 +175,7 @@ func (s *Server) loopOf(el gnet.EventLoop) *eventLoop {
 	defer s.mu.Unlock()
 	l := s.loops[el]
 	if l == nil {
-		l = &eventLoop{srv: s, el: el, epfd: epollFD(el)}
+		l = &eventLoop{srv: s, el: el, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes}
 		if l.epfd < 0 {
 			s.cfg.Logger.Warn("cannot pause reads on this gnet build; slow consumers that keep sending are closed instead")
 		}

@@ -75,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&c.PongTimeout, "pong-timeout", loop.DefaultPongTimeout, "further silence after the ping before the connection is closed")
 	fs.DurationVar(&c.CloseTimeout, "close-timeout", loop.DefaultCloseTimeout, "wait for the peer's close frame before dropping the TCP connection")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", loop.DefaultShutdownTimeout, "on SIGTERM/SIGINT, time in-flight work gets to finish")
+	fs.IntVar(&c.SpareOutputBytes, "spare-output-bytes", loop.DefaultSpareOutput, "output buffers each event loop keeps between turns for reuse (released within about a second once unused)")
 	fs.IntVar(&c.ReadBufferBytes, "read-buffer-bytes", loop.DefaultReadBufferBytes, "per-loop socket read buffer size")
 	fs.IntVar(&c.OutboundSoftBytes, "outbound-soft-bytes", loop.DefaultOutboundSoft, "pending outbound bytes above which a connection's reads pause and subscription events are held")
 	fs.IntVar(&c.OutboundHardBytes, "outbound-hard-bytes", loop.DefaultOutboundHard, "pending outbound bytes above which a connection is closed with 1008")
