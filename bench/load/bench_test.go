@@ -58,8 +58,8 @@ func BenchmarkGeneratorRequest(b *testing.B) {
 			c := &Conn{nc: fc, br: bufio.NewReaderSize(rs, DefaultReadBuffer), d: JSONRPC{}, mask: [4]byte{1, 2, 3, 4}}
 			req, off := JSONRPC{}.Echo(params)
 			o := newClosedConn(c, 0, req, off, 0, window)
-			l := &closedLoop{conns: []*closedConn{o}, d: JSONRPC{}, win: Window{Start: 0, End: math.MaxInt64},
-				lat: LatBuf{R: NewRecorder()}}
+			l := &closedLoop{conns: []*closedConn{o}, loopCore: loopCore{d: JSONRPC{},
+				win: Window{Start: 0, End: math.MaxInt64}, lat: LatBuf{R: NewRecorder()}}}
 			for range window {
 				o.push()
 			}
@@ -134,9 +134,9 @@ func BenchmarkOpenLoopRequest(b *testing.B) {
 	req, off := JSONRPC{}.Echo(params)
 	c := &Conn{nc: discardConn{}, d: JSONRPC{}, mask: [4]byte{1, 2, 3, 4}}
 	t := NewTemplate(req, c.Mask(), 0, off)
-	o := &openConn{c: c, tmpl: t, ring: make([]openSlot, openRing), wbuf: make([]byte, 0, t.Len())}
-	l := &openLoop{conns: []*openConn{o}, d: JSONRPC{}, win: Window{Start: 0, End: math.MaxInt64},
-		lat: LatBuf{R: NewRecorder()}, lag: LatBuf{R: NewRecorder()}}
+	o := &loopConn{c: c, tmpl: t, ring: make([]slot, openRing), wbuf: make([]byte, 0, t.Len())}
+	l := &openLoop{conns: []*loopConn{o}, loopCore: loopCore{d: JSONRPC{},
+		win: Window{Start: 0, End: math.MaxInt64}, lat: LatBuf{R: NewRecorder()}}, lag: LatBuf{R: NewRecorder()}}
 	rs := newReplyStream(params, 1)
 	reply := make([]byte, len(rs.frame))
 	b.SetBytes(int64(len(req)))

@@ -36,12 +36,6 @@ type ClosedConfig struct {
 	Reuse []*Conn
 }
 
-// slot is one request in flight: its sequence number and send time.
-type slot struct {
-	seq  uint64
-	sent int64 // 0: free
-}
-
 // ringSize returns a power of two comfortably above the window, so that a
 // slot is reused only long after its request was answered even when replies
 // come back out of order.
@@ -57,35 +51,21 @@ func ringSize(window int) int {
 // outstanding.
 const closedDrain = 2 * time.Second
 
-// closedConn is one connection of a closed-loop run. Every field is owned by
-// the loop's goroutine.
+// closedConn is one connection of a closed-loop run; wbuf holds the next
+// batch. Every field is owned by the loop's goroutine.
 type closedConn struct {
-	c    *Conn
-	fd   int
-	tag  int // index in closedLoop.conns, the tag of its events
-	tmpl *Template
-
-	ring []slot
-	mask uint64
-	next uint64 // next sequence number
+	loopConn
 	from uint64 // first sequence number appended since the last stamp
-	out  int    // requests in flight (sent or waiting in wbuf)
-	wbuf []byte // the next batch
-	held bool   // the Conn refused wbuf (errBacklog): it goes once the backlog drained
-
-	outWatch bool  // the poller watches the socket for writing
-	closed   bool  // the server closed it, or it failed: no longer used
-	err      error // why it closed
 }
 
 func newClosedConn(c *Conn, tag int, req []byte, idOff, frag, window int) *closedConn {
 	n := ringSize(window)
 	t := NewTemplate(req, c.Mask(), frag, idOff)
-	return &closedConn{
+	return &closedConn{loopConn: loopConn{
 		c: c, fd: -1, tag: tag, tmpl: t,
-		ring: make([]slot, n), mask: uint64(n - 1),
+		ring: make([]slot, n),
 		wbuf: make([]byte, 0, window*t.Len()),
-	}
+	}}
 }
 
 // push appends the next request to the write buffer.
@@ -100,7 +80,7 @@ func (o *closedConn) push() {
 func (o *closedConn) stamp() {
 	now := Now()
 	for s := o.from; s < o.next; s++ {
-		o.ring[s&o.mask] = slot{seq: s, sent: now}
+		*o.slot(s) = slot{seq: s, sent: now}
 	}
 	o.from = o.next
 }
@@ -110,20 +90,12 @@ func (o *closedConn) stamp() {
 // poller of its own (see poller and openLoop). Every field is owned by that
 // goroutine.
 type closedLoop struct {
+	loopCore
 	cfg   ClosedConfig
 	conns []*closedConn
-	p     *poller
-	d     Dialect
-	win   Window
 
 	started, ended bool
 	drainEnd       int64
-
-	lat                        LatBuf
-	spinIdle                   int64 // ns of the window spent polling with nothing to do (Spin)
-	replies, errors, unmatched int64
-	outstanding                int   // requests in flight, all connections
-	firstErr                   error // the first connection failure
 }
 
 // RunClosed runs a closed-loop workload and returns what it measured in its
@@ -158,8 +130,8 @@ func RunClosed(ctx context.Context, cfg ClosedConfig) (Result, error) {
 	}
 	defer p.Close()
 	rec := NewRecorder()
-	l := &closedLoop{cfg: cfg, p: p, d: conns[0].Dialect(), lat: LatBuf{R: rec}}
-	defer l.detach()
+	l := &closedLoop{cfg: cfg, loopCore: loopCore{p: p, d: conns[0].Dialect(), lat: LatBuf{R: rec}}}
+	defer detach(conns)
 	for i, c := range conns {
 		o := newClosedConn(c, i, cfg.Request, cfg.IDOff, cfg.Frag, window)
 		fd, err := c.attach()
@@ -188,12 +160,7 @@ func RunClosed(ctx context.Context, cfg ClosedConfig) (Result, error) {
 		}
 	}
 	serr := l.run(ctx)
-	l.lat.Flush()
-	res := Result{Conns: len(conns), Seconds: l.win.Seconds(),
-		Requests: l.replies, Errors: l.errors, Unmatched: l.unmatched}
-	res.Rate = float64(res.Requests) / res.Seconds
-	res.SpinIdle = float64(l.spinIdle) / 1e9
-	res.Latency = rec.Latency()
+	res := l.result(len(conns), rec)
 	if serr != nil {
 		return res, serr
 	}
@@ -274,8 +241,7 @@ func (l *closedLoop) event(ev unix.EpollEvent) {
 		return
 	}
 	if ev.Events&unix.EPOLLOUT != 0 {
-		if _, err := o.c.flushBacklog(); err != nil {
-			l.drop(o, err)
+		if !l.writable(&o.loopConn) {
 			return
 		}
 		if o.held {
@@ -283,7 +249,7 @@ func (l *closedLoop) event(ev unix.EpollEvent) {
 				return
 			}
 		}
-		l.watchOut(o)
+		l.watchOut(&o.loopConn)
 	}
 	if ev.Events&^uint32(unix.EPOLLOUT) != 0 {
 		l.read(o)
@@ -298,7 +264,7 @@ func (l *closedLoop) read(o *closedConn) {
 		msg, err := o.c.Next()
 		if err != nil {
 			if err != errWouldBlock {
-				l.drop(o, err)
+				l.drop(&o.loopConn, err)
 				return
 			}
 			// Usually flushed already; not when the last complete frame
@@ -333,81 +299,17 @@ func (l *closedLoop) flush(o *closedConn) {
 	case errBacklog:
 		o.held = true
 	default:
-		l.drop(o, err)
+		l.drop(&o.loopConn, err)
 		return
 	}
-	l.watchOut(o)
+	l.watchOut(&o.loopConn)
 }
 
-// handle processes one server message received at now.
+// handle processes one server message received at now; a reply inside
+// the window releases the next request.
 func (l *closedLoop) handle(o *closedConn, msg []byte, now int64) {
-	m := l.d.Classify(msg)
-	switch m.Kind {
-	case KindPing:
-		if err := o.c.WriteText(l.d.PingReply()); err != nil && err != errBacklog {
-			l.drop(o, err)
-			return
-		}
-		l.watchOut(o)
-		return
-	case KindError:
-		l.errors++
-	case KindReply:
-	default:
-		return
-	}
-	if !m.HasID || m.ID < IDBase {
-		return
-	}
-	seq := m.ID - IDBase
-	s := &o.ring[seq&o.mask]
-	if s.sent == 0 || s.seq != seq {
-		l.unmatched++
-		return
-	}
-	if l.win.In(now) {
-		l.replies++
-		l.lat.Add(now - s.sent)
-	}
-	s.sent = 0
-	o.out--
-	l.outstanding--
-	if now < l.win.End {
+	if l.loopCore.handle(&o.loopConn, msg, now) && now < l.win.End {
 		o.push()
 		l.outstanding++
-	}
-}
-
-// watchOut makes the poller watch o for writing exactly while o has bytes
-// waiting: a backlog in its Conn, or a batch the Conn refused.
-func (l *closedLoop) watchOut(o *closedConn) {
-	if b := o.held || o.c.backlogged(); b != o.outWatch {
-		if err := l.p.watchOut(o.fd, o.tag, b); err != nil {
-			l.drop(o, err)
-			return
-		}
-		o.outWatch = b
-	}
-}
-
-// drop takes a closed or failed connection out of the run: its outstanding
-// requests are no longer waited for.
-func (l *closedLoop) drop(o *closedConn, err error) {
-	if o.closed {
-		return
-	}
-	o.closed, o.err = true, err
-	if l.firstErr == nil {
-		l.firstErr = err
-	}
-	l.outstanding -= o.out
-	o.out = 0
-	l.p.remove(o.fd)
-}
-
-// detach hands every connection back to blocking use.
-func (l *closedLoop) detach() {
-	for _, o := range l.conns {
-		o.c.detach(time.Second)
 	}
 }

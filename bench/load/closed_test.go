@@ -264,8 +264,8 @@ func TestClosedLoopHeldBatch(t *testing.T) {
 	req, off := EchoOfSize(JSONRPC{}, 800<<10)
 	o := newClosedConn(c, 0, req, off, 0, 2)
 	o.fd = fd
-	l := &closedLoop{conns: []*closedConn{o}, p: p, d: JSONRPC{}, win: Window{End: math.MaxInt64},
-		lat: LatBuf{R: NewRecorder()}}
+	l := &closedLoop{conns: []*closedConn{o}, loopCore: loopCore{p: p, d: JSONRPC{},
+		win: Window{End: math.MaxInt64}, lat: LatBuf{R: NewRecorder()}}}
 	o.push()
 	l.flush(o) // the socket takes part of it, the Conn keeps the rest
 	if o.held || !o.c.backlogged() || !o.outWatch {

@@ -44,41 +44,17 @@ type OpenConfig struct {
 }
 
 // openRing is the number of requests one connection may have outstanding;
-// a request scheduled on a connection with that many is skipped.
+// a request scheduled on a connection with that many is skipped. A power of
+// two (loopConn.ring).
 const openRing = 1024
-
-// openSlot is a request in flight: its sequence number and the time its
-// latency runs from (scheduled, or actual when sent early); start 0: free.
-type openSlot struct {
-	seq   uint64
-	start int64
-}
-
-// openConn is one connection of an open-loop run. Every field is owned by the
-// loop's goroutine.
-type openConn struct {
-	c        *Conn
-	fd       int
-	tag      int // index in openLoop.conns, the tag of its events
-	tmpl     *Template
-	ring     []openSlot
-	next     uint64 // next sequence number
-	out      int    // requests in flight
-	wbuf     []byte
-	outWatch bool  // the poller watches the socket for writing (a backlog is waiting)
-	closed   bool  // the server closed it, or it failed: no longer used
-	err      error // why it closed
-}
 
 // openLoop is the state of one open-loop run: one goroutine sends every
 // request on schedule and reads every reply, over all connections (see
 // poller). Every field is owned by that goroutine.
 type openLoop struct {
+	loopCore
 	cfg      OpenConfig
-	conns    []*openConn
-	p        *poller
-	d        Dialect
-	win      Window
+	conns    []*loopConn
 	t0       int64
 	interval float64
 	i        int64 // schedule index of the next request to send
@@ -87,13 +63,8 @@ type openLoop struct {
 	started, ended bool
 	drainEnd       int64
 
-	lat, lag                   LatBuf
-	spinIdle                   int64 // ns of the window spent polling with nothing to do (Spin)
-	sent, skipped              int64
-	replies, errors, unmatched int64
-	closed                     int // connections closed by the server
-	outstanding                int // requests in flight, all connections
-	firstClose                 error
+	lag           LatBuf
+	sent, skipped int64
 }
 
 // RunOpen runs a fixed-rate workload. The schedule is one send every 1/Rate
@@ -128,19 +99,19 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (Result, error) {
 	}
 	defer p.Close()
 	rec, lagRec := NewRecorder(), NewRecorder()
-	l := &openLoop{cfg: cfg, p: p, d: conns[0].Dialect(), interval: 1e9 / cfg.Rate,
-		lat: LatBuf{R: rec}, lag: LatBuf{R: lagRec}, drain: cfg.Drain}
+	l := &openLoop{cfg: cfg, loopCore: loopCore{p: p, d: conns[0].Dialect(), lat: LatBuf{R: rec}},
+		interval: 1e9 / cfg.Rate, lag: LatBuf{R: lagRec}, drain: cfg.Drain}
 	if l.drain <= 0 {
 		l.drain = 2 * time.Second
 	}
-	defer l.detach()
+	defer detach(conns)
 	for i, c := range conns {
 		fd, err := c.attach()
 		if err != nil {
 			return Result{Conns: len(conns)}, fmt.Errorf("attach: %w", err)
 		}
 		t := NewTemplate(cfg.Request, c.Mask(), 0, cfg.IDOff)
-		o := &openConn{c: c, fd: fd, tag: i, tmpl: t, ring: make([]openSlot, openRing),
+		o := &loopConn{c: c, fd: fd, tag: i, tmpl: t, ring: make([]slot, openRing),
 			wbuf: make([]byte, 0, t.Len())}
 		l.conns = append(l.conns, o)
 		if err := p.add(fd, i, false); err != nil {
@@ -154,17 +125,13 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (Result, error) {
 	l.t0 = Now() + int64(10*time.Millisecond)
 	l.win = Window{Start: l.t0 + int64(cfg.Warmup), End: l.t0 + int64(cfg.Warmup+cfg.Measure)}
 	serr := l.run(ctx)
-	l.lat.Flush()
+	res := l.result(len(conns), rec)
+	res.Sent, res.Skipped, res.ClosedByPeer = l.sent, l.skipped, int64(l.dropped)
 	l.lag.Flush()
-	res := Result{Conns: len(conns), Seconds: l.win.Seconds(), Sent: l.sent, Skipped: l.skipped,
-		Requests: l.replies, Errors: l.errors, Unmatched: l.unmatched, ClosedByPeer: int64(l.closed)}
-	res.Rate = float64(res.Requests) / res.Seconds
-	res.SpinIdle = float64(l.spinIdle) / 1e9
-	res.Latency = rec.Latency()
 	lag := lagRec.Latency()
 	res.SendLag = &lag
-	if serr == nil && l.closed > 0 {
-		serr = fmt.Errorf("%w: %d of %d (first: %v)", ErrClosedByPeer, l.closed, len(conns), l.firstClose)
+	if serr == nil && l.dropped > 0 {
+		serr = fmt.Errorf("%w: %d of %d (first: %v)", ErrClosedByPeer, l.dropped, len(conns), l.firstErr)
 	}
 	return res, serr
 }
@@ -193,7 +160,7 @@ func (l *openLoop) run(ctx context.Context) error {
 		if l.ended && (l.outstanding == 0 || now >= l.drainEnd) {
 			return nil
 		}
-		if l.closed == len(l.conns) {
+		if l.dropped == len(l.conns) {
 			if l.started && !l.ended {
 				l.cfg.Hooks.end()
 			}
@@ -273,14 +240,14 @@ func (l *openLoop) sendDue(now int64) {
 }
 
 // send writes the next request of o, scheduled at due.
-func (l *openLoop) send(o *openConn, due int64) {
+func (l *openLoop) send(o *loopConn, due int64) {
 	if o.closed {
 		l.skipped++
 		return
 	}
 	seq := o.next
-	s := &o.ring[seq%openRing]
-	if s.start != 0 {
+	s := o.slot(seq)
+	if s.sent != 0 {
 		l.skipped++ // the connection has openRing requests outstanding
 		return
 	}
@@ -294,7 +261,7 @@ func (l *openLoop) send(o *openConn, due int64) {
 		return
 	}
 	o.next++
-	*s = openSlot{seq: seq, start: min(due, now)}
+	*s = slot{seq: seq, sent: min(due, now)}
 	o.out++
 	l.outstanding++
 	l.sent++
@@ -315,8 +282,7 @@ func (l *openLoop) event(ev unix.EpollEvent) {
 		return
 	}
 	if ev.Events&unix.EPOLLOUT != 0 {
-		if _, err := o.c.flushBacklog(); err != nil {
-			l.drop(o, err)
+		if !l.writable(o) {
 			return
 		}
 		l.watchOut(o)
@@ -327,7 +293,7 @@ func (l *openLoop) event(ev unix.EpollEvent) {
 }
 
 // read handles every message that arrived on o.
-func (l *openLoop) read(o *openConn) {
+func (l *openLoop) read(o *loopConn) {
 	o.c.readable()
 	for {
 		msg, err := o.c.Next()
@@ -341,75 +307,5 @@ func (l *openLoop) read(o *openConn) {
 		if o.closed {
 			return
 		}
-	}
-}
-
-// handle processes one server message received at now.
-func (l *openLoop) handle(o *openConn, msg []byte, now int64) {
-	m := l.d.Classify(msg)
-	switch m.Kind {
-	case KindPing:
-		if err := o.c.WriteText(l.d.PingReply()); err != nil && err != errBacklog {
-			l.drop(o, err)
-			return
-		}
-		l.watchOut(o)
-		return
-	case KindError:
-		l.errors++
-	case KindReply:
-	default:
-		return
-	}
-	if !m.HasID || m.ID < IDBase {
-		return
-	}
-	seq := m.ID - IDBase
-	s := &o.ring[seq%openRing]
-	if s.start == 0 || s.seq != seq {
-		l.unmatched++
-		return
-	}
-	if l.win.In(now) {
-		l.replies++
-		l.lat.Add(now - s.start)
-	}
-	s.start = 0
-	o.out--
-	l.outstanding--
-}
-
-// watchOut makes the poller watch o for writing exactly while o keeps a
-// backlog.
-func (l *openLoop) watchOut(o *openConn) {
-	if b := o.c.backlogged(); b != o.outWatch {
-		if err := l.p.watchOut(o.fd, o.tag, b); err != nil {
-			l.drop(o, err)
-			return
-		}
-		o.outWatch = b
-	}
-}
-
-// drop takes a closed or failed connection out of the run: its outstanding
-// requests are no longer waited for.
-func (l *openLoop) drop(o *openConn, err error) {
-	if o.closed {
-		return
-	}
-	o.closed, o.err = true, err
-	l.closed++
-	if l.firstClose == nil {
-		l.firstClose = err
-	}
-	l.outstanding -= o.out
-	o.out = 0
-	l.p.remove(o.fd)
-}
-
-// detach hands every connection back to blocking use.
-func (l *openLoop) detach() {
-	for _, o := range l.conns {
-		o.c.detach(time.Second)
 	}
 }
