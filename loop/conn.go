@@ -106,7 +106,7 @@ type session interface {
 	HandleUnchecked(msg []byte) bool
 	HandleParseError()
 	Resume()
-	EndSubscriptions()
+	GoAway()
 	Trim()
 	Close()
 }
@@ -129,7 +129,7 @@ func (e echo) HandleUnchecked(msg []byte) bool {
 }
 func (e echo) HandleParseError() {}
 func (e echo) Resume()           {}
-func (e echo) EndSubscriptions() {}
+func (e echo) GoAway()           {}
 func (e echo) Trim()             {}
 func (e echo) Close()            {}
 
@@ -306,7 +306,8 @@ func (w *conn) unpause(now time.Time) {
 }
 
 // goAway closes the connection for graceful shutdown (CONTRACT.md section 9):
-// subscriptions end with "done", then 1001.
+// requests still running are answered SERVER_SHUTTING_DOWN, subscriptions end
+// with "done", then 1001.
 func (w *conn) goAway() {
 	switch w.state {
 	case stateHandshake:
@@ -314,7 +315,7 @@ func (w *conn) goAway() {
 		w.hangup = true
 		w.l.markDirty(w)
 	case stateOpen:
-		w.sess.EndSubscriptions()
+		w.sess.GoAway()
 		w.closeAfter(ws.StatusGoingAway, "going away", true)
 	}
 }

@@ -37,9 +37,8 @@ type Server struct {
 	ready    chan struct{}
 	done     chan struct{} // closed when the engine has stopped
 	runErr   error         // set before done is closed
-	draining atomic.Bool
-	paused   atomic.Int64 // connections over their soft outbound cap
-	nextFull time.Time    // ticker goroutine only: next full timeout sweep
+	paused   atomic.Int64  // connections over their soft outbound cap
+	nextFull time.Time     // ticker goroutine only: next full timeout sweep
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
@@ -196,7 +195,7 @@ func (s *Server) eventLoops() []*eventLoop {
 
 // OnOpen implements gnet.EventHandler.
 func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	if s.draining.Load() {
+	if s.rpc != nil && s.rpc.Draining() {
 		return nil, gnet.Close
 	}
 	l := s.loopOf(c.EventLoop())
@@ -287,7 +286,6 @@ const pausedTick = 10 * time.Millisecond
 // up to ShutdownTimeout to finish and deliver its responses, then every
 // WebSocket is closed with 1001 and the engine stops.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.draining.Store(true)
 	if s.rpc == nil {
 		return s.Close(ctx)
 	}

@@ -115,7 +115,7 @@ func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server,
 			end()
 			ctx = context.Background()
 		case <-deadline:
-			s.sess.EndSubscriptions()
+			s.sess.GoAway()
 			return s.flush()
 		}
 		if err := s.flush(); err != nil {

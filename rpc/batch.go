@@ -36,7 +36,7 @@ func (b *Batch) Run() {
 	first := b.tasks[0]
 	srv, n := first.sess.srv, len(b.tasks)
 	first.sess.post.Post(b)
-	srv.unary.Add(-int64(n))
+	srv.settled(n)
 	srv.cfg.Pool.ReleaseN(n)
 }
 

@@ -298,7 +298,7 @@ func (c *conn) send(msg string) *call {
 	}
 	var cl *call
 	if t.method.Name == instantMethod {
-		cl = &call{method: instantMethod, params: string(t.params), ctx: &t.ctx, released: true}
+		cl = &call{method: instantMethod, params: string(t.params), ctx: t.ctx, released: true}
 		cl.task, cl.conn = t, c
 		h.calls[t] = cl
 		h.awaitPosted(t)
@@ -313,7 +313,7 @@ func (c *conn) send(msg string) *call {
 // awaitCall waits until the backend call of t has arrived in the backend.
 func (h *harness) awaitCall(t *Task) *call {
 	h.t.Helper()
-	key := context.Context(&t.ctx)
+	key := context.Context(t.ctx)
 	for {
 		if cl, ok := h.stash[key]; ok {
 			delete(h.stash, key)

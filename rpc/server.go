@@ -116,12 +116,43 @@ type Server struct {
 	// nonBlocking holds the unary methods Config.NonBlocking names.
 	// Immutable after NewServer.
 	nonBlocking map[*Method]bool
-	draining    atomic.Bool
-	unary       atomic.Int64 // unary backend calls running (not subscription producers)
-	// establishing counts subscription requests not yet answered.
-	establishing atomic.Int64
-	tasks        sync.Pool // free unary *Task, see newTask
+	// owing is the drain flag (drainBit) and, below it, the number of
+	// admitted requests that still owe an answer: unary calls running and
+	// subscriptions establishing. One word, so that admitting a request and
+	// starting to drain are each one atomic step and cannot interleave (see
+	// admit).
+	owing atomic.Int64
+	tasks sync.Pool // free unary *Task, see newTask
 }
+
+// drainBit is the drain flag in Server.owing.
+const drainBit = 1 << 62
+
+// testHookAdmit, when set by a test, runs just before a request's admission
+// step, on the loop.
+var testHookAdmit func()
+
+// admit counts a request that is about to be dispatched as owing an answer,
+// unless the server is draining, and reports whether it did. Shutdown reads
+// the same word (Drain, InFlight), so every request it does not see as owing
+// was refused. Safe for concurrent use.
+func (srv *Server) admit() bool {
+	if testHookAdmit != nil {
+		testHookAdmit()
+	}
+	for {
+		v := srv.owing.Load()
+		if v&drainBit != 0 {
+			return false
+		}
+		if srv.owing.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// settled releases n requests counted by admit. Safe for concurrent use.
+func (srv *Server) settled(n int) { srv.owing.Add(-int64(n)) }
 
 // NewServer validates cfg, fills defaults and returns a Server.
 func NewServer(cfg Config) (*Server, error) {
@@ -158,10 +189,10 @@ func NewServer(cfg Config) (*Server, error) {
 
 // Drain makes every session answer new requests with SERVER_SHUTTING_DOWN
 // (CONTRACT.md section 9). Work already admitted continues. Safe for concurrent use.
-func (srv *Server) Drain() { srv.draining.Store(true) }
+func (srv *Server) Drain() { srv.owing.Or(drainBit) }
 
 // Draining reports whether Drain was called. Safe for concurrent use.
-func (srv *Server) Draining() bool { return srv.draining.Load() }
+func (srv *Server) Draining() bool { return srv.owing.Load()&drainBit != 0 }
 
 // Running reports the backend tasks running across all sessions, subscription
 // producers included. Safe for concurrent use.
@@ -174,4 +205,4 @@ func (srv *Server) SubmitAll(js []backend.Job) { srv.cfg.Pool.SubmitAll(js) }
 // InFlight reports the requests across all sessions that still owe an
 // answer: unary calls running and subscriptions establishing. Graceful
 // shutdown waits for them (CONTRACT.md section 9). Safe for concurrent use.
-func (srv *Server) InFlight() int { return int(srv.unary.Load() + srv.establishing.Load()) }
+func (srv *Server) InFlight() int { return int(srv.owing.Load() &^ drainBit) }

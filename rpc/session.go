@@ -148,9 +148,9 @@ func (s *Session) HandleUnchecked(msg []byte) bool {
 func (s *Session) handle(env codec.Envelope) {
 	switch env.Kind {
 	case codec.KindParseError:
-		s.nullError(codec.CodeParseError, "Parse error")
+		s.nullError(errParse)
 	case codec.KindInvalid:
-		s.nullError(codec.CodeInvalidRequest, "Invalid Request")
+		s.nullError(errInvalidRequest)
 	case codec.KindCancel:
 		s.cancel(env.IDKind, env.CancelID)
 	case codec.KindSubCancel:
@@ -167,11 +167,11 @@ func (s *Session) slotsFull() bool { return s.active.n >= s.srv.cfg.MaxConnTasks
 
 // nullError answers with an id-less error, or drops the message silently while
 // every slot is busy (CONTRACT.md section 3.2).
-func (s *Session) nullError(code codec.Code, message string) {
+func (s *Session) nullError(err error) {
 	if s.slotsFull() {
 		return
 	}
-	s.sendError(nil, code, message, "", nil)
+	s.sendError(nil, err)
 }
 
 // request admits and dispatches a tracked or untracked request (CONTRACT.md
@@ -181,22 +181,34 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 	if tracked {
 		var holder *Task
 		if key, holder = s.inflight.find(env.IDKind, env.ID, &s.key); holder != nil {
-			s.sendError(env.ID, codec.CodeInvalidRequest, "Invalid Request", "DUPLICATE_REQUEST_ID", nil)
+			s.sendError(env.ID, errDuplicateID)
 			return
 		}
 	}
 	if s.slotsFull() {
-		s.sendError(env.ID, codec.CodeServerError, "Server busy", "SERVER_BUSY", nil)
+		s.sendError(env.ID, errBusy)
 		return
 	}
 	if tracked && !env.JSONRPCIs20() {
-		s.sendError(nil, codec.CodeInvalidRequest, "Invalid Request", "", nil)
+		s.sendError(nil, errInvalidRequest)
 		return
 	}
-	if s.srv.Draining() {
-		s.sendError(env.ID, codec.CodeServerError, "Server shutting down", "SERVER_SHUTTING_DOWN", nil)
+	// From here the request owes an answer: admission and the drain flag are
+	// one atomic step (Server.admit), so graceful shutdown either sees it as
+	// owing or it was refused.
+	if !s.srv.admit() {
+		s.sendError(env.ID, errShuttingDown)
 		return
 	}
+	if err := s.route(env, key, tracked); err != nil {
+		s.srv.settled(1)
+		s.sendError(env.ID, err)
+	}
+}
+
+// route finds the admitted request's method and dispatches it, or answers
+// it at once (edge/stats), or returns the error that refuses it.
+func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 	var m *Method
 	if name := env.MethodName(s.name); name != nil {
 		// Clients tend to call the same method again: one comparison
@@ -209,24 +221,23 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 		}
 	}
 	if m == nil || (m.Kind == Subscription && (!tracked || s.srv.subscriber == nil)) {
-		s.sendError(env.ID, codec.CodeMethodNotFound, "Method not found", "", nil)
-		return
+		return errMethodNotFound
 	}
 	if !isObject(env.Params) {
-		s.sendError(env.ID, codec.CodeInvalidParams, "Invalid params", "", nil)
-		return
+		return errInvalidParams
 	}
 	if m.Kind == Local {
 		// Like every admitted request it needs a free slot (CONTRACT.md
 		// section 3.2), but it is answered at once, so it never holds one.
 		s.stats(env.ID)
-		return
+		s.srv.settled(1)
+		return nil
 	}
 	if !s.srv.cfg.Pool.TryAcquire() {
-		s.sendError(env.ID, codec.CodeServerError, "Server busy", "SERVER_BUSY", nil)
-		return
+		return errBusy
 	}
 	s.dispatch(env, m, key)
+	return nil
 }
 
 // dispatch hands an admitted request to a worker. The caller holds a global
@@ -246,8 +257,6 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey) {
 	}
 	if m.Kind == Subscription {
 		s.newSubscription(t)
-	} else {
-		s.srv.unary.Add(1)
 	}
 	s.active.push(t)
 	if s.submit != nil {
@@ -280,8 +289,7 @@ func (s *Session) Complete(t *Task) {
 		return // stale: the id belongs to a newer request now
 	}
 	if t.err != nil {
-		code, msg, dataCode, details := errorFields(t.err)
-		s.sendError(t.id, code, msg, dataCode, details)
+		s.sendError(t.id, t.err)
 	} else {
 		s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
 		s.sink.Send(s.buf)
@@ -301,7 +309,7 @@ func (s *Session) cancel(kind codec.IDKind, id []byte) {
 	t.cancelled = true
 	t.ctx.cancel()
 	if s.srv.cfg.CancelReply == CancelReplyError {
-		s.sendError(t.id, codec.CodeRequestCancelled, "Request cancelled", "", nil)
+		s.sendError(t.id, errCancelled)
 	}
 }
 
@@ -369,7 +377,9 @@ func (s *Session) stats(id []byte) {
 	s.sink.Send(b[n:])
 }
 
-func (s *Session) sendError(id []byte, code codec.Code, message, dataCode string, details []byte) {
+// sendError answers id (nil: null) with err as a JSON-RPC error object.
+func (s *Session) sendError(id []byte, err error) {
+	code, message, dataCode, details := errorFields(err)
 	s.buf = codec.AppendError(s.buf[:0], id, code, message, dataCode, details)
 	s.sink.Send(s.buf)
 }
@@ -392,6 +402,6 @@ func isObject(v []byte) bool {
 // section 1.2). Must be called on the loop.
 func (s *Session) HandleParseError() {
 	if !s.closed {
-		s.nullError(codec.CodeParseError, "Parse error")
+		s.nullError(errParse)
 	}
 }

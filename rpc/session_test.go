@@ -806,3 +806,61 @@ func TestHandleUncheckedUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainBetweenCheckAndAdmission is the regression test of the shutdown
+// admission race (hardening issue, item 4). Graceful shutdown drains, then
+// waits while InFlight() > 0 and closes every connection once it reads 0. The
+// loop used to read the drain flag in one step and count the request as in
+// flight in a later one: a drain in between saw 0 in flight, closed the
+// connection, and the request that was admitted anyway got no answer. The
+// hook runs the whole shutdown check exactly there (before the admission
+// step now; between the check and the increment before the fix): a request
+// that shutdown did not see as owing must be refused, never dispatched.
+func TestDrainBetweenCheckAndAdmission(t *testing.T) {
+	owing := -1
+	runScript(t, opts{},
+		step{"drain and read InFlight just before admission", func(h *harness) {
+			testHookAdmit = func() {
+				testHookAdmit = nil
+				h.srv.Drain()
+				owing = h.srv.InFlight()
+			}
+			h.t.Cleanup(func() { testHookAdmit = nil })
+		}},
+		send(get("1")),
+		step{"shutdown saw nothing owing", func(h *harness) {
+			if owing != 0 {
+				h.fatalf("InFlight at the drain: %d, want 0", owing)
+			}
+		}},
+		expectReply(errorReply("1", -32000, "Server shutting down", "SERVER_SHUTTING_DOWN")),
+		expectStats(0, 0),
+	)
+}
+
+// TestGoAwayAnswersEverythingOwed: at the shutdown deadline the session
+// answers every request still running SERVER_SHUTTING_DOWN and cancels its
+// work (hardening issue, item 5; CONTRACT.md section 9); a cancelled request
+// stays unanswered, and the late completion of an answered one is dropped.
+func TestGoAwayAnswersEverythingOwed(t *testing.T) {
+	runScript(t, opts{},
+		send(get("1")), backendBlock("a"),
+		send(get("2")), backendBlock("b"),
+		cancel("2"),
+		send(`{"jsonrpc":"2.0","id":3,"method":"get","params":{},"id":3}`), backendBlock("untracked"),
+		step{"go away", func(h *harness) { h.sess.GoAway() }},
+		expectReply(errorReply("3", -32000, "Server shutting down", "SERVER_SHUTTING_DOWN")),
+		expectReply(errorReply("1", -32000, "Server shutting down", "SERVER_SHUTTING_DOWN")),
+		expectCtxCancelled("a", true),
+		expectCtxCancelled("untracked", true),
+		expectStats(0, 3),
+		backendRelease("a", `"late"`),
+		applyNext(),
+		expectNothing(),
+		backendReturnOnCancel("b"),
+		backendReturnOnCancel("untracked"),
+		applyCompletions(),
+		expectNothing(),
+		expectStats(0, 0),
+	)
+}

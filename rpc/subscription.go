@@ -357,12 +357,11 @@ func (s *Session) completeSubscription(t *Task) {
 		if s.releaseID(t) {
 			switch {
 			case sub.state != subEnded:
-				code, msg, dataCode, details := errorFields(err)
-				s.sendError(t.id, code, msg, dataCode, details)
+				s.sendError(t.id, err)
 			case sub.endReason != reasonNone:
-				s.sendError(t.id, codec.CodeServerError, "Server shutting down", "SERVER_SHUTTING_DOWN", nil)
+				s.sendError(t.id, errShuttingDown)
 			case s.srv.cfg.CancelReply == CancelReplyError:
-				s.sendError(t.id, codec.CodeRequestCancelled, "Request cancelled", "", nil)
+				s.sendError(t.id, errCancelled)
 			}
 		}
 		sub.state = subEnded
@@ -392,11 +391,43 @@ func (s *Session) cancelSubscription(tok []byte) {
 }
 
 // EndSubscriptions ends every live subscription with subscription/closed
-// "done" (graceful shutdown, CONTRACT.md section 9). Must be called on the loop.
+// "done" (graceful shutdown, CONTRACT.md section 9); one still establishing
+// gets its answer first. Must be called on the loop.
 func (s *Session) EndSubscriptions() {
 	for _, sub := range s.subs {
 		s.endSubscription(sub, reasonDone)
 	}
+}
+
+// GoAway settles everything the session still owes before graceful shutdown
+// closes the connection (CONTRACT.md section 9): every request still running
+// is cancelled and answered SERVER_SHUTTING_DOWN, a subscription still
+// establishing is refused the same way, and live subscriptions end with
+// subscription/closed "done". Nothing accepted is left without its answer.
+// Must be called on the loop.
+func (s *Session) GoAway() {
+	if s.closed {
+		return
+	}
+	for t, next := s.active.head, (*Task)(nil); t != nil; t = next {
+		next = t.next
+		switch {
+		case t.cancelled:
+		case t.sub == nil:
+			t.cancelled = true
+			t.ctx.cancel()
+			if s.releaseID(t) {
+				s.sendError(t.id, errShuttingDown)
+			}
+		case !t.sub.answered:
+			s.answered(t.sub)
+			s.endSubscription(t.sub, reasonNone)
+			if s.releaseID(t) {
+				s.sendError(t.id, errShuttingDown)
+			}
+		}
+	}
+	s.EndSubscriptions()
 }
 
 // appendEvent encodes {"jsonrpc":"2.0","method":"event","params":{"subscriptionId":<id>[,<body>]}}.
@@ -429,14 +460,13 @@ func appendClosed(dst, idTok []byte, reason closeReason, cursor []byte) []byte {
 func (s *Session) answered(sub *subscription) {
 	if !sub.answered {
 		sub.answered = true
-		s.srv.establishing.Add(-1)
+		s.srv.settled(1)
 	}
 }
 
 // newSubscription registers a subscription for task t; it is live (cancellable)
 // from now on, before its establishment runs.
 func (s *Session) newSubscription(t *Task) *subscription {
-	s.srv.establishing.Add(1)
 	s.nextSub++
 	id := "s" + strconv.FormatUint(s.nextSub, 10)
 	sub := &subscription{id: id, idTok: []byte(`"` + id + `"`), task: t}

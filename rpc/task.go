@@ -22,7 +22,9 @@ type Task struct {
 	// result to. Both are kept when the task is reused.
 	buf, res []byte
 
-	ctx reqCtx // cancelled by the loop, read by the worker
+	// ctx is the request's context: cancelled by the loop, read by the
+	// worker. Kept for the next request only while pristine (reqCtx.reuse).
+	ctx *reqCtx
 
 	result []byte // worker-written before Post, loop-read after
 	err    error  // worker-written before Post, loop-read after
@@ -48,8 +50,9 @@ func (t *Task) NonBlocking() bool { return t.nonBlocking }
 // of it after Post), and the session has dropped it from its id table and
 // slot list, so nothing in the gateway refers to it. Its generation, not its
 // address, is what identifies a request. Subscription tasks are never reused:
-// the subscription outlives the completion. Handlers must not keep ctx after
-// Call returns (backend.Handler). Must be called on the loop.
+// the subscription outlives the completion. A task's context is reused with
+// it only if nothing but the finished call can have reached it
+// (reqCtx.reuse). Must be called on the loop.
 func (s *Session) newTask() *Task {
 	if n := len(s.free); n > 0 {
 		t := s.free[n-1]
@@ -60,7 +63,7 @@ func (s *Session) newTask() *Task {
 	if t, ok := s.srv.tasks.Get().(*Task); ok {
 		return t
 	}
-	return &Task{}
+	return &Task{ctx: newReqCtx()}
 }
 
 // sessionFreeTasks bounds a session's own free list. A pipelining client
@@ -82,7 +85,11 @@ func (s *Session) freeTask(t *Task) {
 	if cap(res) > maxKeep {
 		res = nil
 	}
-	*t = Task{buf: buf, res: res}
+	ctx := t.ctx
+	if !ctx.reuse() {
+		ctx = newReqCtx()
+	}
+	*t = Task{buf: buf, res: res, ctx: ctx}
 	if len(s.free) < sessionFreeTasks && !s.closed {
 		s.free = append(s.free, t)
 		return
@@ -102,13 +109,6 @@ func (s *Session) releaseFree() {
 // Session returns the session the task belongs to. Safe for concurrent use.
 func (t *Task) Session() *Session { return t.sess }
 
-// errPanic is what a client sees when a backend call panics.
-var errPanic = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "BACKEND_PANIC"}
-
-// errNotEstablished is what a client sees when a subscription backend returns
-// without establishing the subscription or failing it.
-var errNotEstablished = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "NOT_ESTABLISHED"}
-
 // Run executes the backend call on a worker goroutine, posts the task back to
 // its loop and frees the global slot. Posting first means that once the pool
 // reports no running tasks, every result is already queued for its loop, which
@@ -119,7 +119,7 @@ func (t *Task) Run() {
 	unary := t.sub == nil
 	t.sess.post.Post(t)
 	if unary {
-		srv.unary.Add(-1)
+		srv.settled(1)
 	}
 	srv.cfg.Pool.Release()
 }
@@ -136,9 +136,9 @@ func (t *Task) call() (res []byte, err error) {
 		}
 	}()
 	if t.sub != nil {
-		return nil, t.sess.srv.subscriber.Subscribe(&t.ctx, t.method.Name, t.params, &t.sub.st)
+		return nil, t.sess.srv.subscriber.Subscribe(t.ctx, t.method.Name, t.params, &t.sub.st)
 	}
-	res, err = t.sess.srv.cfg.Handler.Call(&t.ctx, t.method.Name, t.params, t.res[:0])
+	res, err = t.sess.srv.cfg.Handler.Call(t.ctx, t.method.Name, t.params, t.res[:0])
 	if cap(res) > cap(t.res) && len(res) > 0 {
 		t.res = res[:0] // keep a grown buffer for the next request
 	}
