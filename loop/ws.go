@@ -54,8 +54,10 @@ func (w *conn) event(ev codec.Event) {
 	case codec.EventClose:
 		// Answer the peer's close by echoing its code (RFC 6455 section 5.5.1);
 		// then the server closes the TCP connection first (section 7.1.1).
-		// Queued output is discarded.
-		w.out = w.output()[:0]
+		// What this turn already queued (the 101, a pong, answers) goes out
+		// before it: only a close the server decides on discards output
+		// (CONTRACT.md section 1.1).
+		w.out = w.output()
 		if ev.Code == ws.StatusNoStatusRcvd {
 			w.out = codec.AppendFrame(w.out, ws.OpClose, nil)
 		} else {

@@ -1,8 +1,11 @@
 package test
 
 import (
+	"bufio"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gobwas/ws"
 )
@@ -288,4 +291,62 @@ func TestEchoModeChecksUTF8(t *testing.T) {
 	c.expectText("not json: é")
 	c.expectClose(ws.StatusInvalidFramePayloadData)
 	c.answerCloseAndExpectEOF()
+}
+
+// TestPeerCloseKeepsQueuedOutput is the regression test of a peer close
+// discarding what the same turn had already queued (hardening issue, item
+// 6). Each case writes its bytes in one segment, so the close frame is
+// decoded in the turn that queued the earlier answers: they go out before
+// the close reply (CONTRACT.md section 1.1 discards queued frames only when
+// the server itself decides to close). Before the fix the upgrade's 101, the
+// pong and the stats answer were lost.
+func TestPeerCloseKeepsQueuedOutput(t *testing.T) {
+	gw := startGateway(t)
+	closeFrame := frame(true, ws.OpClose, closeBody(1000, ""), true, 0)
+	pingFrame := frame(true, ws.OpPing, []byte("p1"), true, 0)
+	stats := textFrame(`{"jsonrpc":"2.0","id":"st","method":"edge/stats","params":{}}`)
+	tests := []struct {
+		name    string
+		upgrade bool   // the upgrade request leads the segment
+		frames  []byte // after the upgrade
+		check   func(c *client)
+	}{
+		{name: "upgrade then close", upgrade: true, frames: closeFrame},
+		{name: "upgrade, ping, close", upgrade: true, frames: append(append([]byte{}, pingFrame...), closeFrame...),
+			check: func(c *client) {
+				if op, p := c.readMessage(); op != ws.OpPong || string(p) != "p1" {
+					t.Fatalf("got %s, want pong p1", describe(op, p))
+				}
+			}},
+		{name: "stats then close", frames: append(append([]byte{}, stats...), closeFrame...),
+			check: func(c *client) {
+				c.expectText(`{"jsonrpc":"2.0","id":"st","result":{"inFlightIds":0,"tasks":0,"subscriptions":0,"outboundBytes":0}}`)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c *client
+			var seg []byte
+			if tt.upgrade {
+				conn := dialTCP(t, gw)
+				c = &client{t: t, conn: conn, br: bufio.NewReader(conn)}
+				seg = []byte(upgradeRequest(gw.addr, "/", testKey))
+			} else {
+				c = dial(t, gw)
+			}
+			c.write(append(seg, tt.frames...))
+			if tt.upgrade {
+				c.conn.SetReadDeadline(time.Now().Add(readTimeout))
+				resp, err := http.ReadResponse(c.br, &http.Request{Method: http.MethodGet})
+				if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+					t.Fatalf("upgrade answer: %v, %v; want 101 before the close", resp, err)
+				}
+			}
+			if tt.check != nil {
+				tt.check(c)
+			}
+			c.expectClose(1000)
+			c.expectEOF()
+		})
+	}
 }
