@@ -139,6 +139,13 @@ func (w *conn) Send(msg []byte) {
 	if w.state != stateOpen {
 		return
 	}
+	// The hard cap is checked before buffering (CONTRACT.md section 6): a
+	// turn that answers many large requests must not grow the buffer past
+	// it first.
+	if w.OutboundBytes()+len(msg)+codec.MaxHeaderSize > w.cfg().OutboundHardBytes {
+		w.slowConsumer()
+		return
+	}
 	if w.proto == protoWebSocket {
 		w.appendFrame(ws.OpText, msg)
 		return
@@ -160,6 +167,9 @@ func (w *conn) output() []byte {
 func (w *conn) Writable() bool {
 	return w.state == stateOpen && w.OutboundBytes() < w.cfg().OutboundSoftBytes
 }
+
+// OutboundLimit implements rpc.Sink: the hard cap.
+func (w *conn) OutboundLimit() int { return w.cfg().OutboundHardBytes }
 
 // OutboundBytes implements rpc.Sink.
 func (w *conn) OutboundBytes() int {

@@ -204,6 +204,11 @@ func (s *streamLoop) Send(msg []byte) {
 	s.werr = s.bw.WriteByte('\n')
 }
 
+// OutboundLimit implements rpc.Sink: a stream writes every event at once,
+// blocking the loop when the peer is slow, so only the subscriptions'
+// buffers count against it.
+func (s *streamLoop) OutboundLimit() int { return DefaultOutboundHard }
+
 // OutboundBytes implements rpc.Sink.
 func (s *streamLoop) OutboundBytes() int { return s.bw.Buffered() }
 

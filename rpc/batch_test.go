@@ -52,6 +52,7 @@ type listSink struct{ msgs []string }
 
 func (s *listSink) Send(msg []byte)    { s.msgs = append(s.msgs, string(msg)) }
 func (s *listSink) OutboundBytes() int { return 0 }
+func (s *listSink) OutboundLimit() int { return 1 << 30 }
 func (s *listSink) Writable() bool     { return true }
 
 func newBatchSession(t *testing.T) (*Session, *batchLoop, *listSink, *backend.Pool) {

@@ -39,6 +39,7 @@ type countSink struct{ n int }
 
 func (s *countSink) Send(msg []byte)    { s.n += len(msg) }
 func (s *countSink) OutboundBytes() int { return 0 }
+func (s *countSink) OutboundLimit() int { return 1 << 30 }
 func (s *countSink) Writable() bool     { return true }
 
 func benchSession(b *testing.B) (*Session, chanPoster, *countSink) {

@@ -67,28 +67,8 @@ func TestPooledTaskContextNotReusedWhileReachable(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"edge/echo","params":{"i":%d}}`, i, i)
 	}
-	deadline := time.Now().Add(maxWait)
-	for r := 0; r < rounds; r++ {
-		for _, m := range msgs {
-			s.HandleMessage(m)
-		}
-		pool.SubmitAll(post.jobs)
-		clear(post.jobs)
-		post.jobs = post.jobs[:0]
-		for applied := 0; applied < window; {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d of %d completions after %s", r, applied, window, maxWait)
-			}
-			runtime.Gosched()
-			post.mu.Lock()
-			q := post.queue
-			post.queue = nil
-			post.mu.Unlock()
-			for _, c := range q {
-				c.Apply()
-			}
-			applied += len(q)
-		}
+	for range rounds {
+		runPipelined(t, s, post, pool, msgs)
 	}
 	if st := s.Stats(); st.InFlightIDs != 0 || st.Tasks != 0 {
 		t.Fatalf("stats after the rounds: %+v", st)
@@ -139,4 +119,32 @@ func TestRequestContextCancelReachesDerived(t *testing.T) {
 	}
 	var once sync.Once
 	once.Do(c.cancel) // a second cancel is a no-op
+}
+
+// runPipelined plays one loop turn of a pipelining client: msgs are handled,
+// the dispatched calls go to the pool together, and the loop applies
+// completions until every one of them is back.
+func runPipelined(t *testing.T, s *Session, post *queuePoster, pool *backend.Pool, msgs [][]byte) {
+	t.Helper()
+	for _, m := range msgs {
+		s.HandleMessage(m)
+	}
+	pool.SubmitAll(post.jobs)
+	clear(post.jobs)
+	post.jobs = post.jobs[:0]
+	deadline := time.Now().Add(maxWait)
+	for applied := 0; applied < len(msgs); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d completions after %s", applied, len(msgs), maxWait)
+		}
+		runtime.Gosched()
+		post.mu.Lock()
+		q := post.queue
+		post.queue = nil
+		post.mu.Unlock()
+		for _, c := range q {
+			c.Apply()
+		}
+		applied += len(q)
+	}
 }

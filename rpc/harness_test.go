@@ -93,11 +93,18 @@ type recSink struct {
 	msgs     []string // every message sent, in order
 	read     int      // msgs[:read] were consumed by expectations
 	outbound int      // what OutboundBytes reports
+	limit    int      // what OutboundLimit reports (0: 1 GiB)
 }
 
 func (s *recSink) Send(msg []byte)    { s.msgs = append(s.msgs, string(msg)) }
 func (s *recSink) OutboundBytes() int { return s.outbound }
-func (s *recSink) Writable() bool     { return true }
+func (s *recSink) OutboundLimit() int {
+	if s.limit == 0 {
+		return 1 << 30
+	}
+	return s.limit
+}
+func (s *recSink) Writable() bool { return true }
 
 // unread returns the messages no expectation has consumed yet.
 func (s *recSink) unread() []string { return s.msgs[s.read:] }

@@ -30,6 +30,10 @@ type Sink interface {
 	// i.e. whether subscription events may be written now. When it becomes
 	// writable again the transport calls Session.Resume.
 	Writable() bool
+	// OutboundLimit is the most the connection may hold for output, pending
+	// bytes and buffered subscription events together (the hard cap,
+	// CONTRACT.md section 6). It must not change.
+	OutboundLimit() int
 }
 
 // Completion is work that a worker hands back to a session's event loop: a
@@ -78,9 +82,14 @@ type Session struct {
 	nextSub uint64                   // loop-owned: last subscription number
 	blocked []*subscription          // loop-owned: live subscriptions with events held back
 
+	// budget is the connection's output budget, made with its first
+	// subscription. The pointer is loop-owned; see budget for its fields.
+	budget *budget
+
 	lastMethod *Method // loop-owned: the method of the last admitted request
 	lastNB     bool    // loop-owned: lastMethod is non-blocking (Server.nonBlocking)
 	free       []*Task // loop-owned: unary tasks ready for reuse, see newTask
+	freeBytes  int     // loop-owned: buffer bytes the tasks in free keep
 
 	buf  []byte // loop-owned scratch: encoded message
 	key  []byte // loop-owned scratch: id identity key
@@ -292,7 +301,7 @@ func (s *Session) Complete(t *Task) {
 		s.sendError(t.id, t.err)
 	} else {
 		s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
-		s.sink.Send(s.buf)
+		s.send(s.buf)
 	}
 	s.freeTask(t)
 }
@@ -374,14 +383,58 @@ func (s *Session) stats(id []byte) {
 	n := len(b)
 	b = codec.AppendResult(b, id, b[:n])
 	s.buf = b
-	s.sink.Send(b[n:])
+	s.send(b[n:])
 }
 
 // sendError answers id (nil: null) with err as a JSON-RPC error object.
 func (s *Session) sendError(id []byte, err error) {
 	code, message, dataCode, details := errorFields(err)
 	s.buf = codec.AppendError(s.buf[:0], id, code, message, dataCode, details)
-	s.sink.Send(s.buf)
+	s.send(s.buf)
+}
+
+// send writes an answer. On a connection with subscriptions the answer and
+// everything held for output must fit the connection's budget: if they do
+// not, the subscriptions holding the most buffered events end SLOW_CONSUMER
+// first (see budget). What still does not fit is the transport's to refuse
+// (its hard cap). msg may alias s.buf.
+func (s *Session) send(msg []byte) {
+	b := s.budget
+	if b == nil {
+		s.sink.Send(msg)
+		return
+	}
+	if over := int64(s.sink.OutboundBytes()+len(msg)) + b.held.Load() - b.limit; over > 0 {
+		msg = append([]byte(nil), msg...) // ending subscriptions writes through s.buf
+		s.shed(over)
+	}
+	s.sink.Send(msg)
+	b.observe(s.sink.OutboundBytes())
+}
+
+// shed ends live subscriptions with SLOW_CONSUMER, the one holding the most
+// buffered event bytes first, until over bytes are freed or none holds any.
+func (s *Session) shed(over int64) {
+	for over > 0 {
+		var victim *subscription
+		most := 0
+		for _, sub := range s.subs {
+			if sub.state != subLive {
+				continue
+			}
+			sub.st.mu.Lock()
+			n := sub.st.bytes
+			sub.st.mu.Unlock()
+			if n > most {
+				victim, most = sub, n
+			}
+		}
+		if victim == nil {
+			return
+		}
+		s.endSubscription(victim, reasonSlowConsumer)
+		over -= int64(most)
+	}
 }
 
 // isObject reports whether a raw JSON value is an object. The classifier has

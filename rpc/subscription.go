@@ -71,6 +71,10 @@ type stream struct {
 	post     Poster        // immutable
 	max      int           // immutable: capacity in events
 	maxBytes int           // immutable: capacity in body bytes
+	// paced is what EmitWait lets the buffer hold: a producer paced by its
+	// consumer only needs to stay ahead of the socket.
+	paced  int     // immutable
+	budget *budget // immutable: the connection's, shared by its subscriptions
 
 	mu        sync.Mutex
 	ring      []slot        // guarded by mu; grows to max
@@ -107,14 +111,16 @@ func (st *stream) schedule() bool {
 	return true
 }
 
-// Emit implements backend.Stream.
+// Emit implements backend.Stream: an event that does not fit the
+// subscription's buffer or the connection's budget ends the subscription
+// SLOW_CONSUMER (CONTRACT.md sections 5 and 6).
 func (st *stream) Emit(cursor, body []byte) bool {
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
 		return false
 	}
-	ok := st.n < st.max && st.bytes+len(body) <= st.maxBytes
+	ok := st.n < st.max && st.bytes+len(body) <= st.maxBytes && st.budget.take(len(body))
 	if ok {
 		st.push(cursor, body)
 	} else {
@@ -129,7 +135,10 @@ func (st *stream) Emit(cursor, body []byte) bool {
 	return ok
 }
 
-// EmitWait implements backend.Stream.
+// EmitWait implements backend.Stream: it waits while the subscription holds
+// its paced window or the connection's budget has no room, parked on a
+// channel the loop signals when it frees room. An event larger than the whole
+// budget can never be buffered and ends the subscription SLOW_CONSUMER.
 func (st *stream) EmitWait(ctx context.Context, cursor, body []byte) bool {
 	for {
 		st.mu.Lock()
@@ -137,14 +146,26 @@ func (st *stream) EmitWait(ctx context.Context, cursor, body []byte) bool {
 			st.mu.Unlock()
 			return false
 		}
-		if st.n < st.max && (st.n == 0 || st.bytes+len(body) <= st.maxBytes) {
-			st.push(cursor, body)
-			post := st.schedule()
+		if !st.budget.fits(len(body)) {
 			st.mu.Unlock()
-			if post {
-				st.post.Post(st)
+			return st.Emit(cursor, body)
+		}
+		if st.n < st.max && (st.n == 0 || st.bytes+len(body) <= st.paced) {
+			ok := st.budget.take(len(body))
+			if !ok {
+				// The connection is short: wait for room anywhere on it.
+				st.budget.wait(st)
+				ok = st.budget.take(len(body))
 			}
-			return true
+			if ok {
+				st.push(cursor, body)
+				post := st.schedule()
+				st.mu.Unlock()
+				if post {
+					st.post.Post(st)
+				}
+				return true
+			}
 		}
 		st.mu.Unlock()
 		select {
@@ -179,13 +200,19 @@ func (st *stream) grow() {
 }
 
 // close stops the stream: no more events are accepted and buffered ones are
-// dropped. Safe for concurrent use.
+// dropped, their bytes given back to the connection's budget. Must be called
+// on the loop.
 func (st *stream) close() {
 	st.mu.Lock()
 	st.closed = true
+	freed := st.bytes
+	st.budget.give(freed)
 	st.ring, st.head, st.n, st.bytes = nil, 0, 0, 0
 	st.mu.Unlock()
 	st.signalRoom()
+	if freed > 0 {
+		st.budget.wake()
+	}
 }
 
 func (st *stream) signalRoom() {
@@ -237,7 +264,7 @@ func (s *Session) established(sub *subscription, result []byte) {
 		sub.state = subLive
 	}
 	s.buf = codec.AppendResult(s.buf[:0], t.id, result)
-	s.sink.Send(s.buf)
+	s.send(s.buf)
 	if sub.endReason != reasonNone {
 		// Ended while establishing (shutdown): the close follows the response.
 		s.buf = appendClosed(s.buf[:0], sub.idTok, sub.endReason, nil)
@@ -266,18 +293,23 @@ func (s *Session) drainEvents(sub *subscription) {
 	delivered := 0
 	for st.n > 0 && s.sink.Writable() {
 		e := &st.ring[st.head]
+		// The event's bytes move from the buffer to the transport: given
+		// back first, so that the budget never counts them twice.
+		st.bytes -= len(e.body)
+		st.budget.give(len(e.body))
 		s.buf = appendEvent(s.buf[:0], sub.idTok, e.body)
 		s.sink.Send(s.buf)
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
 		st.head = (st.head + 1) % len(st.ring)
 		st.n--
-		st.bytes -= len(e.body)
 		delivered++
 	}
 	remaining := st.n
 	st.mu.Unlock()
 	if delivered > 0 {
+		st.budget.observe(s.sink.OutboundBytes())
 		st.signalRoom()
+		st.budget.wake()
 	}
 	if remaining > 0 {
 		if !sub.blocked {
@@ -295,7 +327,13 @@ func (s *Session) drainEvents(sub *subscription) {
 // outbound cap. The transport calls it once the connection is writable again.
 // Must be called on the loop.
 func (s *Session) Resume() {
-	if s.closed || len(s.blocked) == 0 {
+	if s.closed {
+		return
+	}
+	if s.budget != nil {
+		s.budget.observe(s.sink.OutboundBytes())
+	}
+	if len(s.blocked) == 0 {
 		return
 	}
 	blocked := s.blocked
@@ -469,9 +507,14 @@ func (s *Session) answered(sub *subscription) {
 func (s *Session) newSubscription(t *Task) *subscription {
 	s.nextSub++
 	id := "s" + strconv.FormatUint(s.nextSub, 10)
+	if s.budget == nil {
+		s.budget = &budget{limit: int64(s.sink.OutboundLimit())}
+	}
 	sub := &subscription{id: id, idTok: []byte(`"` + id + `"`), task: t}
+	maxBytes := s.srv.cfg.SubscriptionBufferBytes
 	sub.st = stream{sub: sub, post: s.post, max: s.srv.cfg.SubscriptionBuffer,
-		maxBytes: s.srv.cfg.SubscriptionBufferBytes, room: make(chan struct{}, 1)}
+		maxBytes: maxBytes, paced: min(maxBytes, pacedWindow), budget: s.budget,
+		room: make(chan struct{}, 1)}
 	if s.subs == nil {
 		s.subs = make(map[string]*subscription)
 	}

@@ -31,6 +31,7 @@ type subEventSink struct{ msgs, bytes int }
 
 func (s *subEventSink) Send(msg []byte)    { s.msgs++; s.bytes += len(msg) }
 func (s *subEventSink) OutboundBytes() int { return 0 }
+func (s *subEventSink) OutboundLimit() int { return 1 << 30 }
 func (s *subEventSink) Writable() bool     { return true }
 
 // BenchmarkEventDelivery measures one subscription event from the producer's

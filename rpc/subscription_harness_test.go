@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -46,6 +47,7 @@ type subOpts struct {
 	buffer       int // SubscriptionBuffer
 	bufferBytes  int // SubscriptionBufferBytes
 	cancelReply  CancelReply
+	limit        int // the sink's OutboundLimit, the connection budget (0: 1 GiB)
 }
 
 // subHarness is one simulated event loop with one session, a real pool and
@@ -71,10 +73,13 @@ type subSink struct {
 	msgs     []string
 	read     int
 	writable bool
+	limit    int // OutboundLimit
+	pending  int // OutboundBytes
 }
 
 func (s *subSink) Send(msg []byte)    { s.msgs = append(s.msgs, string(msg)) }
-func (s *subSink) OutboundBytes() int { return 0 }
+func (s *subSink) OutboundBytes() int { return s.pending }
+func (s *subSink) OutboundLimit() int { return s.limit }
 func (s *subSink) Writable() bool     { return s.writable }
 
 // subPoster queues completions for the simulated loop; Post never blocks.
@@ -190,7 +195,7 @@ func newSubHarness(t *testing.T, o subOpts) *subHarness {
 		srv:   srv,
 		be:    be,
 		posts: make(chan Completion, 1<<16),
-		sink:  &subSink{writable: true},
+		sink:  &subSink{writable: true, limit: cmp.Or(o.limit, 1<<30)},
 	}
 	h.sess = srv.NewSession(WebSocket, h.sink, subPoster(h.posts))
 	t.Cleanup(h.shutdown)
@@ -322,6 +327,22 @@ func (p *subProducer) emit(cursor, body string) bool {
 		c = []byte(cursor)
 	}
 	return p.do(subCmd{run: func() bool { return p.s.Emit(c, []byte(body)) }})
+}
+
+// emitWaitAsync starts Stream.EmitWait of tick n on the worker and returns
+// the channel its result arrives on, without waiting for it.
+func (p *subProducer) emitWaitAsync(n int) <-chan bool {
+	h := p.h
+	h.t.Helper()
+	c := subCmd{reply: make(chan bool, 1), run: func() bool {
+		return p.s.EmitWait(p.ctx, []byte(tickCursor(n)), []byte(tickBody(n)))
+	}}
+	select {
+	case p.cmds <- c:
+	case <-time.After(h.limit):
+		h.hang("subProducer of " + string(p.task.id) + " taking a command")
+	}
+	return c.reply
 }
 
 // tick emits event n with cursor "<n>" and body "cursor":"<n>","seq":<n>, as

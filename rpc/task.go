@@ -58,6 +58,7 @@ func (s *Session) newTask() *Task {
 		t := s.free[n-1]
 		s.free[n-1] = nil
 		s.free = s.free[:n-1]
+		s.freeBytes -= t.bufBytes()
 		return t
 	}
 	if t, ok := s.srv.tasks.Get().(*Task); ok {
@@ -66,44 +67,61 @@ func (s *Session) newTask() *Task {
 	return &Task{ctx: newReqCtx()}
 }
 
-// sessionFreeTasks bounds a session's own free list. A pipelining client
-// reuses its tasks from there without the synchronisation of the server's
-// free list; Trim hands them over to the server's list when it goes quiet.
-const sessionFreeTasks = 64
+// A session's own free list: a pipelining client reuses its tasks from there
+// without the synchronisation of the server's free list; Trim hands them over
+// to the server's list when it goes quiet. It is bounded by count and by the
+// bytes of the buffers its tasks keep, so that the memory a connection holds
+// follows its active work (hardening issue, item 9).
+const (
+	sessionFreeTasks = 64
+	sessionFreeBytes = 64 << 10
+	// sharedKeepBytes is the largest buffer a task keeps on the server's
+	// free list, which every session draws from.
+	sharedKeepBytes = 4 << 10
+)
 
-// freeTask returns t to a free list, keeping its buffers unless a huge
-// request grew them. Must be called on the loop, after Complete has applied t.
+// freeTask returns t to a free list with its buffers. Must be called on the
+// loop, after Complete has applied t.
 func (s *Session) freeTask(t *Task) {
 	if t.sub != nil {
 		return
-	}
-	const maxKeep = 64 << 10 // do not keep the buffers of huge requests alive
-	buf, res := t.buf[:0], t.res[:0]
-	if cap(buf) > maxKeep {
-		buf = nil
-	}
-	if cap(res) > maxKeep {
-		res = nil
 	}
 	ctx := t.ctx
 	if !ctx.reuse() {
 		ctx = newReqCtx()
 	}
-	*t = Task{buf: buf, res: res, ctx: ctx}
-	if len(s.free) < sessionFreeTasks && !s.closed {
+	*t = Task{buf: t.buf[:0], res: t.res[:0], ctx: ctx}
+	keep := t.bufBytes()
+	if len(s.free) < sessionFreeTasks && s.freeBytes+keep <= sessionFreeBytes && !s.closed {
 		s.free = append(s.free, t)
+		s.freeBytes += keep
 		return
 	}
-	s.srv.tasks.Put(t)
+	s.srv.putTask(t)
+}
+
+// bufBytes is the capacity of the buffers t keeps.
+func (t *Task) bufBytes() int { return cap(t.buf) + cap(t.res) }
+
+// putTask puts a free task on the server's free list, without buffers larger
+// than sharedKeepBytes. Safe for concurrent use.
+func (srv *Server) putTask(t *Task) {
+	if cap(t.buf) > sharedKeepBytes {
+		t.buf = nil
+	}
+	if cap(t.res) > sharedKeepBytes {
+		t.res = nil
+	}
+	srv.tasks.Put(t)
 }
 
 // releaseFree hands the session's free tasks to the server's free list.
 func (s *Session) releaseFree() {
 	for i, t := range s.free {
-		s.srv.tasks.Put(t)
+		s.srv.putTask(t)
 		s.free[i] = nil
 	}
-	s.free = nil
+	s.free, s.freeBytes = nil, 0
 }
 
 // Session returns the session the task belongs to. Safe for concurrent use.
