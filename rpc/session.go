@@ -345,11 +345,14 @@ func (s *Session) Close() {
 }
 
 // Trim releases memory the session keeps for the next burst of requests: the
-// id table when no id is in flight, and scratch buffers grown by a large
-// message. The transport calls it once the connection has been quiet for a
+// id table when no id is in flight, the rings of subscriptions holding no
+// event, and scratch buffers grown by a large message. The transport calls it once the connection has been quiet for a
 // while, so idle connections hold only what they need. Must be called on the loop.
 func (s *Session) Trim() {
 	s.releaseFree()
+	for _, sub := range s.subs {
+		sub.st.trim()
+	}
 	s.inflight.ints.trim()
 	if len(s.inflight.strs) == 0 {
 		s.inflight.strs = nil

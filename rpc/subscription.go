@@ -57,9 +57,24 @@ type subscription struct {
 	lastCursor   []byte      // loop-owned: cursor of the last event handed to the socket
 }
 
-// slot is one buffered event.
+// slot is one buffered event. Its buffers are reused for the next event in
+// the slot unless they grew past maxSlotKeep.
 type slot struct {
 	cursor, body []byte
+}
+
+// maxSlotKeep is the largest event body buffer a slot keeps once its event
+// was delivered: small events (a fan-out's) reuse their buffers, large ones
+// do not hold memory the connection's budget no longer counts.
+const maxSlotKeep = 1 << 10
+
+// trim releases the ring of a stream holding no event. Must be called on the loop.
+func (st *stream) trim() {
+	st.mu.Lock()
+	if st.n == 0 {
+		st.ring, st.head = nil, 0
+	}
+	st.mu.Unlock()
 }
 
 // stream is the hand-off between a subscription's producer (a worker) and its
@@ -300,6 +315,9 @@ func (s *Session) drainEvents(sub *subscription) {
 		s.buf = appendEvent(s.buf[:0], sub.idTok, e.body)
 		s.sink.Send(s.buf)
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
+		if cap(e.body) > maxSlotKeep {
+			e.body = nil // the budget counts buffered events, not spare capacity
+		}
 		st.head = (st.head + 1) % len(st.ring)
 		st.n--
 		delivered++
