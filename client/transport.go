@@ -153,4 +153,13 @@ func (t *lineTransport) write(msg []byte) error {
 	return err
 }
 
-func (t *lineTransport) close() error { return t.conn.Close() }
+// close aborts the connection with a reset: to the gateway a FIN is a
+// half-close, after which it still answers every request in flight (as stdio
+// does at EOF), while a client that closes gives up on them, and the reset
+// makes the gateway cancel their backend work at once (CONTRACT.md section 6).
+func (t *lineTransport) close() error {
+	if tc, ok := t.conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	return t.conn.Close()
+}

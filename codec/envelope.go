@@ -139,15 +139,18 @@ func (e *Envelope) MethodName(scratch []byte) []byte {
 // IDKey appends to dst the canonical identity key of an id token as reported
 // by Classify: a type tag byte ('s' or 'i') followed by the decoded string, or
 // by the integer in canonical decimal. So 1 and "1" differ, "a" and "\u0061"
-// are the same id, and -0 is the same id as 0. For IDNone it returns dst
-// unchanged. tok must be a token Classify reported with that kind; anything
-// else is appended raw after the tag. It does not allocate when dst has room.
-// Safe for concurrent use.
+// are the same id, and -0 is the same id as 0. The key is injective over JSON
+// string values: a lone surrogate escape is kept as its WTF-8 bytes, not
+// decoded to U+FFFD, so "\ud800", "\udfff" and "\ufffd" are three ids
+// (CONTRACT.md section 2). A string without escapes is its own key. For
+// IDNone it returns dst unchanged. tok must be a token Classify reported with
+// that kind; anything else is appended raw after the tag. It does not
+// allocate when dst has room. Safe for concurrent use.
 func IDKey(dst []byte, kind IDKind, tok []byte) []byte {
 	switch kind {
 	case IDString:
 		dst = append(dst, 's')
-		if out, ok := AppendUnquote(dst, tok); ok {
+		if out, ok := appendUnquote(dst, tok, true); ok {
 			return out
 		}
 		return append(dst, tok...)

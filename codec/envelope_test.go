@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 
@@ -354,6 +356,19 @@ func TestIDKey(t *testing.T) {
 	if same(IDInt, "1", IDString, `"1"`) {
 		t.Error(`1 and "1" have the same key`)
 	}
+	// Lone surrogates are neither U+FFFD nor each other (WTF-8 keys); a
+	// valid pair is the character it encodes.
+	distinct := []string{`"\ud800"`, `"\udfff"`, `"\ufffd"`, `"\udc00\ud800"`, `"\ufffd\ufffd"`, `"\ud800\udc00x"`, `"\ud800x"`}
+	for i, a := range distinct {
+		for _, b := range distinct[i+1:] {
+			if same(IDString, a, IDString, b) {
+				t.Errorf("%s and %s have the same key", a, b)
+			}
+		}
+	}
+	if !same(IDString, `"\ufffd"`, IDString, "\"\uFFFD\"") || !same(IDString, `"\ud800\udc00"`, IDString, "\"\U00010000\"") {
+		t.Error("a character escaped and raw have different keys")
+	}
 	if !same(IDString, `"a"`, IDString, `"\u0061"`) {
 		t.Error(`"a" and "\u0061" have different keys`)
 	}
@@ -525,15 +540,12 @@ func refIDKind(raw json.RawMessage) IDKind {
 	return IDNone
 }
 
-// refIDKey is IDKey's model: the decoded string or the parsed integer.
+// refIDKey is IDKey's model: the decoded string (lone surrogates in WTF-8)
+// or the parsed integer.
 func refIDKey(kind IDKind, tok []byte) string {
 	switch kind {
 	case IDString:
-		var s string
-		if err := json.Unmarshal(tok, &s); err != nil {
-			panic(err)
-		}
-		return "s" + s
+		return "s" + refWTF8(refUTF16(tok))
 	case IDInt:
 		n, err := strconv.ParseInt(string(tok), 10, 64)
 		if err != nil {
@@ -542,6 +554,59 @@ func refIDKey(kind IDKind, tok []byte) string {
 		return "i" + strconv.FormatInt(n, 10)
 	}
 	return ""
+}
+
+// refUTF16 returns the UTF-16 code units a valid JSON string token denotes,
+// lone surrogate escapes included: the identity of a string id.
+func refUTF16(tok []byte) []uint16 {
+	in := string(tok[1 : len(tok)-1])
+	var u []uint16
+	for len(in) > 0 {
+		if in[0] != '\\' {
+			r, n := utf8.DecodeRuneInString(in)
+			u = utf16.AppendRune(u, r)
+			in = in[n:]
+			continue
+		}
+		if in[1] == 'u' {
+			v, err := strconv.ParseUint(in[2:6], 16, 16)
+			if err != nil {
+				panic(err)
+			}
+			u = append(u, uint16(v))
+			in = in[6:]
+			continue
+		}
+		c, _, _, err := strconv.UnquoteChar(in, '"')
+		if err != nil {
+			panic(err)
+		}
+		u = append(u, uint16(c))
+		in = in[2:]
+	}
+	return u
+}
+
+// refWTF8 encodes UTF-16 code units as WTF-8: pairs as their character, lone
+// surrogates as the three bytes UTF-8 would give them if it allowed them.
+func refWTF8(u []uint16) string {
+	var b []byte
+	for i := 0; i < len(u); i++ {
+		r := rune(u[i])
+		if i+1 < len(u) && utf16.IsSurrogate(r) {
+			if d := utf16.DecodeRune(r, rune(u[i+1])); d != utf8.RuneError {
+				b = utf8.AppendRune(b, d)
+				i++
+				continue
+			}
+		}
+		if utf16.IsSurrogate(r) {
+			b = append(b, byte(0xE0|r>>12), byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
+			continue
+		}
+		b = utf8.AppendRune(b, r)
+	}
+	return string(b)
 }
 
 func envelopesEqual(a, b Envelope) bool {
@@ -621,7 +686,8 @@ func envelopeGen() *rapid.Generator[string] {
 		"jsonrpc": {`"2.0"`, `"2.0"`, `"2\u002e0"`, `"1.0"`, `""`, `2.0`, `null`},
 		"id": {`1`, `-17`, `0`, `-0`, `"a"`, `"\u0061"`, `""`, `9007199254740993`, `9223372036854775807`,
 			`-9223372036854775808`, `9223372036854775808`, `-9223372036854775809`, `1.0`, `1e2`,
-			`null`, `true`, `{}`, `[]`, `"1"`},
+			`null`, `true`, `{}`, `[]`, `"1"`, `"\ud800"`, `"\udfff"`, `"\ufffd"`, "\"\uFFFD\"",
+			`"\ud800\udc00"`, `"\udc00\ud800"`},
 		"method": {`"edge/echo"`, `"$/cancelRequest"`, `"$\/cancelRequest"`, `"subscription/cancel"`,
 			`"subscription\/cancel"`, `1`, `null`, `""`},
 		"params": {`{}`, `{"id":1}`, `{"id":"x"}`, `{"\u0069d":-0}`, `{"id":1,"id":2}`, `{"id":null}`,
@@ -678,6 +744,7 @@ func FuzzClassify(f *testing.F) {
 	seeds := []string{
 		`{"jsonrpc":"2.0","id":17,"method":"edge/echo","params":{"x":"0123456789abcdef"}}`,
 		`{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"a\u0062"}}`,
+		`{"jsonrpc":"2.0","id":"\udc00\ud800x\ud83d\ude00","method":"m","params":{}}`,
 		`{"jsonrpc":"2.0","method":"subscription/cancel","params":{"subscriptionId":"sub-1"}}`,
 		`{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}`,
 		`{"\u0069d":-0,"jsonrpc":"2.0","method":"m","params":null}`,
@@ -744,6 +811,28 @@ func BenchmarkClassify(b *testing.B) {
 	}
 }
 
+// TestIDKeyInjective checks that two string ids have the same key exactly
+// when their JSON texts denote the same UTF-16 code units (CONTRACT.md
+// section 2), on strings made of the pieces that used to collide: lone
+// surrogates, U+FFFD and pairs, each spelled raw or escaped.
+func TestIDKeyInjective(t *testing.T) {
+	pieces := []string{`a`, `\u0061`, `\ud800`, `\udbff`, `\udc00`, `\udfff`, `\ufffd`, "\uFFFD",
+		`\ud800\udc00`, "\U00010000", `\n`, "\u00e9", `\u00e9`, `\"`}
+	tok := rapid.Custom(func(t *rapid.T) string {
+		return `"` + strings.Join(rapid.SliceOfN(rapid.SampledFrom(pieces), 0, 4).Draw(t, "pieces"), "") + `"`
+	})
+	rapid.Check(t, func(t *rapid.T) {
+		a, b := tok.Draw(t, "a"), tok.Draw(t, "b")
+		ka, kb := string(IDKey(nil, IDString, []byte(a))), string(IDKey(nil, IDString, []byte(b)))
+		if ka != refIDKey(IDString, []byte(a)) {
+			t.Fatalf("IDKey(%s) = %q, want %q", a, ka, refIDKey(IDString, []byte(a)))
+		}
+		if same := slices.Equal(refUTF16([]byte(a)), refUTF16([]byte(b))); (ka == kb) != same {
+			t.Fatalf("%s and %s: keys %q and %q, same string %v", a, b, ka, kb, same)
+		}
+	})
+}
+
 func BenchmarkIDKey(b *testing.B) {
 	benches := []struct {
 		name string
@@ -753,6 +842,7 @@ func BenchmarkIDKey(b *testing.B) {
 		{"int", IDInt, `9007199254740993`},
 		{"string", IDString, `"req-0123456789"`},
 		{"escaped", IDString, `"req-\u0030123456789"`},
+		{"lone surrogate", IDString, `"req-\ud800123456789"`},
 	}
 	for _, bb := range benches {
 		b.Run(bb.name, func(b *testing.B) {

@@ -388,7 +388,10 @@ func skipJSONMemberKey(b []byte, i int) int {
 
 // nextUnquotedRune decodes the string content rune at tok[i] (tok is a valid
 // string token), honouring escapes. It returns the rune and the index after
-// it. A lone UTF-16 surrogate escape decodes to U+FFFD, as in encoding/json.
+// it. A lone UTF-16 surrogate escape (one not completing a pair) is returned
+// as the surrogate itself, which is not a valid rune: utf8.EncodeRune and
+// AppendRune write it as U+FFFD, as encoding/json decodes it, while IDKey
+// keeps it apart (appendWTF8Surrogate).
 func nextUnquotedRune(tok []byte, i int) (rune, int) {
 	c := tok[i]
 	if c != '\\' {
@@ -425,7 +428,7 @@ func nextUnquotedRune(tok []byte, i int) (rune, int) {
 			}
 		}
 	}
-	return utf8.RuneError, i
+	return r, i
 }
 
 // unquotedEquals reports whether the valid string token tok (with quotes)
@@ -471,6 +474,13 @@ func unquotedEquals(tok []byte, s string) bool {
 // to U+FFFD, as in encoding/json. It does not allocate when dst has room.
 // Safe for concurrent use.
 func AppendUnquote(dst, tok []byte) ([]byte, bool) {
+	return appendUnquote(dst, tok, false)
+}
+
+// appendUnquote is AppendUnquote; with wtf8, a lone surrogate escape is
+// appended as the three-byte generalized UTF-8 sequence of the surrogate code
+// point (WTF-8) instead of U+FFFD.
+func appendUnquote(dst, tok []byte, wtf8 bool) ([]byte, bool) {
 	if len(tok) < 2 || tok[0] != '"' {
 		return dst, false
 	}
@@ -491,8 +501,22 @@ func AppendUnquote(dst, tok []byte) ([]byte, bool) {
 		if i < len(in) {
 			var r rune
 			r, i = nextUnquotedRune(in, i)
-			dst = utf8.AppendRune(dst, r)
+			if wtf8 && utf16.IsSurrogate(r) {
+				dst = appendWTF8Surrogate(dst, r)
+			} else {
+				dst = utf8.AppendRune(dst, r)
+			}
 		}
 	}
 	return dst, true
+}
+
+// appendWTF8Surrogate appends the surrogate code point r (U+D800..U+DFFF) in
+// the three-byte form UTF-8 would give it if it allowed surrogates: ED A0..BF
+// 80..BF. Valid UTF-8 never contains these bytes, and a string token is valid
+// UTF-8 (scanJSONString checks), so they cannot collide with any character
+// spelled raw or escaped; and since pairs are decoded first, a high surrogate
+// written this way is never followed by a low one, so the form is unique.
+func appendWTF8Surrogate(dst []byte, r rune) []byte {
+	return append(dst, 0xE0|byte(r>>12), 0x80|byte(r>>6)&0x3F, 0x80|byte(r)&0x3F)
 }

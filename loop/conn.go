@@ -75,6 +75,11 @@ type conn struct {
 	paused      bool
 	stallSince  time.Time // when pending output was last seen to make progress
 	lastPending int       // pending output at the last sweep
+
+	// eof is set once the peer of an NDJSON connection half-closed: gnet's
+	// connection is gone and the output goes here (halfclose.go).
+	eof       *tailWriter
+	subsEnded bool // after eof: the session's subscriptions were ended
 }
 
 func (w *conn) setState(s connState) { w.state = s }
@@ -107,6 +112,9 @@ type session interface {
 	HandleParseError()
 	Resume()
 	GoAway()
+	EndSubscriptions()
+	Busy() bool
+	Stats() rpc.Stats
 	Trim()
 	Close()
 }
@@ -130,6 +138,9 @@ func (e echo) HandleUnchecked(msg []byte) bool {
 func (e echo) HandleParseError() {}
 func (e echo) Resume()           {}
 func (e echo) GoAway()           {}
+func (e echo) EndSubscriptions() {}
+func (e echo) Busy() bool        { return false }
+func (e echo) Stats() rpc.Stats  { return rpc.Stats{} }
 func (e echo) Trim()             {}
 func (e echo) Close()            {}
 
@@ -176,7 +187,15 @@ func (w *conn) OutboundBytes() int {
 	if w.state == stateClosed {
 		return len(w.out)
 	}
-	return len(w.out) + w.c.OutboundBuffered()
+	return len(w.out) + w.pendingOut()
+}
+
+// pendingOut is the output written and not yet taken by the kernel.
+func (w *conn) pendingOut() int {
+	if w.eof != nil {
+		return int(w.eof.pending.Load())
+	}
+	return w.c.OutboundBuffered()
 }
 
 // appendFrame queues a control or data frame (WebSocket only).
@@ -190,6 +209,10 @@ func (w *conn) flush() {
 	w.dirty = false
 	if w.state == stateClosed {
 		w.releaseOut()
+		return
+	}
+	if w.eof != nil {
+		w.flushTail()
 		return
 	}
 	if len(w.out) > 0 {
@@ -228,7 +251,7 @@ func (w *conn) releaseOut() {
 // it is paused.
 func (w *conn) checkOutbound() {
 	cfg := w.cfg()
-	pending := w.c.OutboundBuffered()
+	pending := w.pendingOut()
 	switch {
 	case pending > cfg.OutboundHardBytes:
 		w.slowConsumer()
@@ -253,6 +276,9 @@ func (w *conn) traffic(buf []byte, now time.Time) int {
 func (w *conn) slowConsumer() {
 	w.closeWith(ws.StatusPolicyViolation, "slow consumer")
 	w.hangup = true
+	if w.eof != nil {
+		w.eof.abort()
+	}
 }
 
 // closeWith starts a server-initiated close: queued output is discarded, the
@@ -287,7 +313,7 @@ func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 // pause stops consuming input and reading the socket until the outbound
 // backlog drops below the soft cap.
 func (w *conn) pause() {
-	if w.paused || w.state != stateOpen {
+	if w.paused || w.state != stateOpen || w.eof != nil {
 		return
 	}
 	w.paused = true
@@ -374,7 +400,7 @@ func (w *conn) tick(now time.Time) {
 // stalled reports whether pending output has made no progress for
 // WriteStallTimeout (CONTRACT.md section 6).
 func (w *conn) stalled(now time.Time) bool {
-	pending := w.c.OutboundBuffered()
+	pending := w.pendingOut()
 	switch {
 	case pending == 0:
 		w.stallSince, w.lastPending = time.Time{}, 0
@@ -401,4 +427,7 @@ func (w *conn) closed() {
 	w.lr.Reset()
 	w.l.remove(w)
 	w.releaseOut()
+	if w.eof != nil {
+		w.l.removeTail(w)
+	}
 }

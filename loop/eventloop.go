@@ -47,7 +47,10 @@ type eventLoop struct {
 	// paused lists connections over their soft outbound cap; entries whose
 	// connection was resumed or closed are dropped at the next paused sweep.
 	paused []*conn // loop-owned
-	epfd   int     // immutable: the loop's epoll descriptor, -1 if unknown
+	// tails are the half-closed NDJSON connections (halfclose.go): each
+	// flush looks at them, since completions that send nothing can end them.
+	tails []*conn // loop-owned
+	epfd  int     // immutable: the loop's epoll descriptor, -1 if unknown
 
 	sweeping bool // guarded by mu: a sweep is queued on the loop
 }
@@ -203,6 +206,9 @@ func (l *eventLoop) markDirty(w *conn) {
 // walked until it stops growing. Runs on the loop.
 func (l *eventLoop) flush() {
 	l.submitJobs()
+	for _, w := range l.tails {
+		l.markDirty(w)
+	}
 	for i := 0; i < len(l.dirty); i++ {
 		w := l.dirty[i]
 		l.dirty[i] = nil

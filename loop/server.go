@@ -38,6 +38,7 @@ type Server struct {
 	done     chan struct{} // closed when the engine has stopped
 	runErr   error         // set before done is closed
 	paused   atomic.Int64  // connections over their soft outbound cap
+	tails    tailSet       // half-closed NDJSON connections (halfclose.go)
 	nextFull time.Time     // ticker goroutine only: next full timeout sweep
 
 	mu    sync.Mutex
@@ -79,6 +80,7 @@ func (s *Server) Start() error {
 	}
 	go func() {
 		s.runErr = gnet.Rotate(s, addrs, opts...)
+		s.tails.closeAll() // the loops have stopped
 		close(s.done)
 	}()
 	select {
@@ -244,9 +246,11 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 }
 
 // OnClose implements gnet.EventHandler.
-func (s *Server) OnClose(c gnet.Conn, _ error) gnet.Action {
+func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	if w, ok := c.Context().(*conn); ok {
-		w.closed()
+		if !w.halfClosed(c, err) {
+			w.closed()
+		}
 		c.SetContext(nil)
 	}
 	return gnet.None

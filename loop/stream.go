@@ -25,7 +25,9 @@ type StreamConfig struct {
 // section 1.2) on the calling goroutine, which owns the session as a gnet loop
 // would. w carries protocol messages only. It returns nil once r reaches EOF
 // (or ctx is cancelled) and the in-flight work has finished: subscriptions end
-// with "done", unary requests get their responses. Not safe for concurrent
+// with "done", unary requests get their responses. Input that arrives after
+// ctx is cancelled is still read and answered SERVER_SHUTTING_DOWN (srv is
+// drained) until the in-flight work is done. Not safe for concurrent
 // use of r or w by the caller while it runs.
 func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server, cfg StreamConfig) error {
 	if cfg.MaxLineBytes <= 0 {
@@ -76,9 +78,12 @@ func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server,
 		}
 	}()
 
-	// Once the input ends, unary work finishes and establishing requests get
-	// their answers; then the remaining subscriptions end with "done" and the
-	// loop returns when their producers have returned.
+	// Once the input ends or ctx is cancelled, unary work finishes and
+	// establishing requests get their answers; then the remaining
+	// subscriptions end with "done" and the loop returns when their producers
+	// have returned. After a cancellation (SIGTERM) the input is still read
+	// until then: new requests are answered SERVER_SHUTTING_DOWN, as the
+	// drained rpc.Server makes the session do (CONTRACT.md section 9).
 	var deadline <-chan time.Time
 	ending, subsEnded := false, false
 	end := func() {
@@ -86,7 +91,6 @@ func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server,
 			return
 		}
 		ending = true
-		in = nil
 		deadline = time.After(cfg.ShutdownTimeout)
 	}
 	for {
@@ -107,6 +111,7 @@ func ServeStream(ctx context.Context, r io.Reader, w io.Writer, srv *rpc.Server,
 				s.sess.HandleMessage(line)
 				s.pending = nil
 			}
+			in = nil
 			end()
 		case <-s.notify:
 			s.drain()

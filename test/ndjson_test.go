@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -398,41 +399,98 @@ func TestNDJSONInputFraming(t *testing.T) {
 	}
 }
 
-// TestNDJSONTCPEOFMidLineDropsFragment documents what the TCP binding does
-// with a line cut short by the client's EOF: gnet ends the connection as soon
-// as it reads EOF (a half-close included), and a fragment without its "\n"
-// is not a message, so it is dropped unanswered. (On stdio, ServeStream
-// answers such a trailing fragment: see cmd/edge's TestStdioEOF.)
-func TestNDJSONTCPEOFMidLineDropsFragment(t *testing.T) {
+// TestNDJSONTCPHalfCloseAnswersEverything is the regression test for NDJSON
+// over TCP treating the client's half-close (shutdown(SHUT_WR), as `nc -N`
+// does) as an abort: gnet ends a connection as soon as a read returns EOF, so
+// the session was closed, the request in flight got no answer and a final
+// line without its "\n" was dropped, where stdio answers both (cmd/edge's
+// TestStdioEOF). The same input must get the same answers on both transports
+// (CONTRACT.md section 1.2): every request is answered, then the server
+// closes the connection.
+func TestNDJSONTCPHalfCloseAnswersEverything(t *testing.T) {
 	gw := startGateway(t, withNDJSON)
 	c := dialND(t, gw)
-	c.echo()
-	c.write(echoReq(`"frag"`, "no newline"))
+	c.write(`{"jsonrpc":"2.0","id":1,"method":"edge/sleep","params":{"ms":50}}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"edge/echo","params":{}}`)
 	if err := c.conn.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
+	c.expectAny(`{"jsonrpc":"2.0","id":1,"result":{"sleptMs":50}}`, `{"jsonrpc":"2.0","id":2,"result":{}}`)
 	c.expectEOF()
 }
 
-// TestNDJSONTCPHalfCloseEndsConnection documents what a TCP client that
-// half-closes (shutdown(SHUT_WR), as `nc -N` does) with a request in flight
-// gets: gnet treats the read EOF as the end of the connection, so the session
-// is closed, its backend work is cancelled and the pending request gets no
-// response. This differs from stdio, where EOF lets in-flight work finish
-// (cmd/edge's TestStdioEOF, "request in flight"); a TCP client must keep its
-// write side open until it has its answers.
-func TestNDJSONTCPHalfCloseEndsConnection(t *testing.T) {
-	gw := startGateway(t, withNDJSON)
+// TestNDJSONTCPHalfCloseAfterRead is the other order of the same bug: the
+// request was read and is held in the backend before the client half-closes,
+// so the EOF arrives on its own, in a later read. The held request is still
+// answered once it finishes, and a subscription still running then ends with
+// subscription/closed "done", as on stdio.
+func TestNDJSONTCPHalfCloseAfterRead(t *testing.T) {
+	gw := startGateway(t, withNDJSON, func(c *gwConfig) { c.loop.Loops = 1 })
 	c := dialND(t, gw)
-	c.echo()
+	c.send(`{"jsonrpc":"2.0","id":"w","method":"watch","params":{}}`)
+	c.expect(`{"jsonrpc":"2.0","id":"w","result":{"subscriptionId":"s1","runId":null,"atCursor":null}}`)
 	c.send(gate(`"held"`, "halfclose"))
 	gw.waitGate("halfclose", 1)
 	if err := c.conn.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
+	// The gate opens (directly in the backend) only once the loop has seen
+	// the EOF, which the client cannot observe directly: on the gateway's
+	// only loop, a round trip on a second connection, whose request was
+	// sent after the EOF was already pending, comes after it.
+	other := dialND(t, gw)
+	other.echo()
+	gw.openGate("halfclose")
+	c.expect(gateResult(`"held"`, "halfclose"))
+	c.expect(`{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":"s1","reason":"done"}}`)
 	c.expectEOF()
-	// The held request's backend call was cancelled: it left the gate.
-	gw.waitGate("halfclose", 0)
+}
+
+// TestNDJSONTCPHalfClosedShutdown checks that graceful shutdown still ends a
+// half-closed NDJSON connection whose request outlives the shutdown timeout:
+// the connection closes and Shutdown returns. Whether the request still
+// running at the deadline gets SERVER_SHUTTING_DOWN or nothing is the
+// shutdown's business (CONTRACT.md section 9); nothing else may arrive.
+func TestNDJSONTCPHalfClosedShutdown(t *testing.T) {
+	gw := startGateway(t, withNDJSON, func(c *gwConfig) {
+		c.loop.Loops = 1
+		c.loop.ShutdownTimeout = 100 * time.Millisecond
+	})
+	c := dialND(t, gw)
+	c.send(gate(`"held"`, "halfshut"))
+	gw.waitGate("halfshut", 1)
+	if err := c.conn.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	other := dialND(t, gw) // see TestNDJSONTCPHalfCloseAfterRead
+	other.echo()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- gw.srv.Shutdown(ctx)
+	}()
+	for {
+		line, err := c.readLine(readTimeout)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("got %v, want EOF", err)
+			}
+			break
+		}
+		if line != `{"jsonrpc":"2.0","id":"held","error":{"code":-32000,"message":"Server shutting down","data":{"code":"SERVER_SHUTTING_DOWN"}}}` {
+			t.Fatalf("got %s, want nothing or SERVER_SHUTTING_DOWN, then EOF", line)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(readTimeout):
+		t.Fatal("Shutdown did not return")
+	}
+	gw.waitGate("halfshut", 0)
 }
 
 // TestNDJSONCancelRequestIsInvalid checks that $/cancelRequest is not
