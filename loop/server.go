@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/openengine/edge/rpc"
 )
@@ -31,15 +30,20 @@ type Server struct {
 	cfg Config      // immutable after New
 	rpc *rpc.Server // immutable after New
 
-	eng      gnet.Engine // set in OnBoot, before ready is closed
-	addr     net.Addr    // set in OnBoot, before ready is closed: WebSocket listener
-	ndAddr   net.Addr    // set in OnBoot, before ready is closed: NDJSON listener or nil
-	ready    chan struct{}
-	done     chan struct{} // closed when the engine has stopped
-	runErr   error         // set before done is closed
+	cli      *gnet.Client // immutable after Start: the event loops
+	addr     net.Addr     // immutable after Start: WebSocket listener
+	ndAddr   net.Addr     // immutable after Start: NDJSON listener or nil
+	stopOnce sync.Once
+	done     chan struct{} // closed when the acceptors and the event loops have stopped
 	paused   atomic.Int64  // connections over their soft outbound cap
 	tails    tailSet       // half-closed NDJSON connections (halfclose.go)
 	nextFull time.Time     // ticker goroutine only: next full timeout sweep
+
+	acceptors []*acceptor    // immutable after Start: one per listener
+	accepting sync.WaitGroup // the acceptors' goroutines
+	quit      chan struct{}  // closed when accepting stops
+	quitOnce  sync.Once
+	starved   atomic.Int32 // acceptors pausing for want of descriptors
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
@@ -56,42 +60,68 @@ func New(cfg Config, srv *rpc.Server) (*Server, error) {
 	return &Server{
 		cfg:   cfg.withDefaults(),
 		rpc:   srv,
-		ready: make(chan struct{}),
 		done:  make(chan struct{}),
+		quit:  make(chan struct{}),
 		loops: make(map[gnet.EventLoop]*eventLoop),
 	}, nil
 }
 
-// Start starts the event loops and returns once the listener accepts
-// connections, or with the error that kept it from starting.
+// Start opens the listeners, starts the event loops and the acceptors, and
+// returns once connections are accepted, or with the error that kept it from
+// starting. The listeners and their acceptors are edge's, not gnet's
+// (accept.go).
 func (s *Server) Start() error {
-	opts := []gnet.Option{
-		gnet.WithMulticore(true),
+	ws, err := listen(s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("loop: listen %s: %w", s.cfg.Listen, err)
+	}
+	s.addr = ws.Addr()
+	s.acceptors = []*acceptor{newAcceptor(s, ws, protoWebSocket)}
+	if s.cfg.NDJSONListen != "" {
+		nd, err := listen(s.cfg.NDJSONListen)
+		if err != nil {
+			ws.Close()
+			return fmt.Errorf("loop: ndjson-listen %s: %w", s.cfg.NDJSONListen, err)
+		}
+		s.ndAddr = nd.Addr()
+		s.acceptors = append(s.acceptors, newAcceptor(s, nd, protoNDJSON))
+	}
+	cli, err := gnet.NewClient(s,
 		gnet.WithNumEventLoop(s.cfg.Loops),
-		gnet.WithReuseAddr(true),
 		gnet.WithTicker(true),
 		gnet.WithReadBufferCap(s.cfg.ReadBufferBytes),
-		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		// Go has set TCP_NODELAY on the accepted socket already; this only
+		// keeps EnrollContext from setting it again.
+		gnet.WithTCPNoDelay(gnet.TCPDelay),
 		gnet.WithLogger(gnetLogger{s.cfg.Logger}),
+	)
+	if err == nil {
+		err = cli.Start()
 	}
-	addrs := []string{"tcp://" + s.cfg.Listen}
-	if s.cfg.NDJSONListen != "" {
-		addrs = append(addrs, "tcp://"+ndjsonAddress(s.cfg.Listen, s.cfg.NDJSONListen))
-	}
-	go func() {
-		s.runErr = gnet.Rotate(s, addrs, opts...)
-		s.tails.closeAll() // the loops have stopped
-		close(s.done)
-	}()
-	select {
-	case <-s.ready:
-		return nil
-	case <-s.done:
-		if s.runErr == nil {
-			return errors.New("loop: engine stopped before it started")
+	if err != nil {
+		for _, a := range s.acceptors {
+			a.ln.Close()
 		}
-		return fmt.Errorf("loop: listen %s: %w", s.cfg.Listen, s.runErr)
+		return fmt.Errorf("loop: start event loops: %w", err)
 	}
+	s.cli = cli
+	for _, a := range s.acceptors {
+		s.accepting.Add(1)
+		go a.run()
+	}
+	return nil
+}
+
+// stopAccepting closes the listeners and waits for their acceptors to
+// return. Safe for concurrent use.
+func (s *Server) stopAccepting() {
+	s.quitOnce.Do(func() {
+		close(s.quit)
+		for _, a := range s.acceptors {
+			a.ln.Close()
+		}
+	})
+	s.accepting.Wait()
 }
 
 // Addr is the address the WebSocket listener is bound to (useful with port 0).
@@ -100,75 +130,11 @@ func (s *Server) Addr() net.Addr { return s.addr }
 // NDJSONAddr is the address of the NDJSON listener, or nil when it is off.
 func (s *Server) NDJSONAddr() net.Addr { return s.ndAddr }
 
-// Done is closed when the engine has stopped.
+// Done is closed once Close (or Shutdown) has stopped the acceptors and the
+// event loops. gnet's loops do not stop on their own: without listeners no
+// accept error reaches them, and Polling returns otherwise only if
+// epoll_wait fails.
 func (s *Server) Done() <-chan struct{} { return s.done }
-
-// OnBoot implements gnet.EventHandler.
-func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
-	s.eng = eng
-	s.addr = listenerAddr(eng, s.cfg.Listen)
-	if s.cfg.NDJSONListen != "" {
-		s.ndAddr = listenerAddr(eng, ndjsonAddress(s.cfg.Listen, s.cfg.NDJSONListen))
-	}
-	close(s.ready)
-	return gnet.None
-}
-
-// ndjsonAddress returns the address string the NDJSON listener is opened
-// with. gnet finds a listener by its address string, so when both listeners
-// ask for the same ephemeral address (127.0.0.1:0, as tests do) the NDJSON one
-// is spelled with port "00": the same port 0 to the kernel, a different string
-// to gnet. Equal non-zero ports fail to bind anyway.
-func ndjsonAddress(ws, nd string) string {
-	if nd != ws {
-		return nd
-	}
-	host, port, err := net.SplitHostPort(nd)
-	if err != nil || port != "0" {
-		return nd
-	}
-	return net.JoinHostPort(host, "00")
-}
-
-// listenerAddr returns the bound address of the engine's listener on addr.
-func listenerAddr(eng gnet.Engine, addr string) net.Addr {
-	fd, err := eng.DupListener("tcp", addr)
-	if err != nil {
-		return nil
-	}
-	defer unix.Close(fd)
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return nil
-	}
-	return sockaddrToTCP(sa)
-}
-
-// isNDJSON reports whether c was accepted by the NDJSON listener.
-func (s *Server) isNDJSON(c gnet.Conn) bool {
-	if s.ndAddr == nil {
-		return false
-	}
-	// gnet reports the listener's configured address as LocalAddr (port 0
-	// stays 0), so ask the kernel where the connection was accepted.
-	sa, err := unix.Getsockname(c.Fd())
-	if err != nil {
-		return false
-	}
-	la, ok := sockaddrToTCP(sa).(*net.TCPAddr)
-	nd, _ := s.ndAddr.(*net.TCPAddr)
-	return ok && nd != nil && la.Port == nd.Port && (nd.IP.IsUnspecified() || la.IP.Equal(nd.IP))
-}
-
-func sockaddrToTCP(sa unix.Sockaddr) net.Addr {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]).To16(), Port: a.Port}
-	case *unix.SockaddrInet6:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
-	}
-	return nil
-}
 
 // loopOf returns edge's state for a gnet event loop, creating it on first use.
 func (s *Server) loopOf(el gnet.EventLoop) *eventLoop {
@@ -203,7 +169,7 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := s.loopOf(c.EventLoop())
 	now := time.Now()
 	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout)}
-	if s.isNDJSON(c) {
+	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
 		w.proto = protoNDJSON
 		w.open()
 	}
@@ -253,7 +219,20 @@ func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 		}
 		c.SetContext(nil)
 	}
+	if s.starved.Load() > 0 {
+		// gnet closes the descriptor after OnClose returns: wake paused
+		// acceptors from a task that runs after that.
+		_ = c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(s.wakeAcceptors))
+	}
 	return gnet.None
+}
+
+// wakeAcceptors cuts the pauses of the acceptors short. Safe for concurrent use.
+func (s *Server) wakeAcceptors(context.Context) error {
+	for _, a := range s.acceptors {
+		a.poke()
+	}
+	return nil
 }
 
 // OnTick implements gnet.EventHandler: it asks every loop to sweep its
@@ -285,11 +264,13 @@ func (s *Server) OnTick() (time.Duration, gnet.Action) {
 // pausedTick is the sweep period while connections are paused.
 const pausedTick = 10 * time.Millisecond
 
-// Shutdown drains the gateway (CONTRACT.md section 9): new connections are
-// refused, new requests are answered SERVER_SHUTTING_DOWN, in-flight work gets
-// up to ShutdownTimeout to finish and deliver its responses, then every
-// WebSocket is closed with 1001 and the engine stops.
+// Shutdown drains the gateway (CONTRACT.md section 9): the listeners are
+// closed, so new connections are refused, new requests are answered
+// SERVER_SHUTTING_DOWN, in-flight work gets up to ShutdownTimeout to finish
+// and deliver its responses, then every WebSocket is closed with 1001 and the
+// engine stops.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopAccepting()
 	if s.rpc == nil {
 		return s.Close(ctx)
 	}
@@ -321,25 +302,27 @@ closeAll:
 	return s.Close(ctx)
 }
 
-// Close stops the engine at once: every connection is closed.
+// Close stops accepting and stops the event loops at once: every connection
+// is closed. Safe for concurrent use.
 func (s *Server) Close(ctx context.Context) error {
-	select {
-	case <-s.done:
-		return nil
-	default:
-	}
-	// gnet's Engine.Stop polls for the end every 500 ms; the engine is done
-	// when Run returns, so wait for that instead.
-	stopErr := make(chan error, 1)
-	go func() { stopErr <- s.eng.Stop(ctx) }()
-	select {
-	case <-s.done:
-		return nil
-	case err := <-stopErr:
-		if err != nil {
-			return err
+	s.stopAccepting()
+	s.stopOnce.Do(func() {
+		if s.cli == nil { // never started
+			close(s.done)
+			return
 		}
-		<-s.done
+		go func() {
+			if err := s.cli.Stop(); err != nil {
+				s.cfg.Logger.Warn("stopping the event loops", "err", err)
+			}
+			s.tails.closeAll() // the loops have stopped
+			close(s.done)
+		}()
+	})
+	select {
+	case <-s.done:
 		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

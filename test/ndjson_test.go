@@ -25,8 +25,9 @@ import (
 
 // withNDJSON turns on the NDJSON-over-TCP listener (CONTRACT.md section 1.2)
 // on an ephemeral loopback port next to the WebSocket one. Its address string
-// differs from the WebSocket listener's "127.0.0.1:0" on purpose: gnet tells
-// listeners apart by that string, see TestNDJSONListenSameAddressString.
+// differs from the WebSocket listener's "127.0.0.1:0": gnet, which owned the
+// listeners until edge accepted for itself, told them apart by that string
+// (TestNDJSONListenSameAddressString covers equal strings).
 func withNDJSON(c *gwConfig) { c.loop.NDJSONListen = ndjsonListen }
 
 // ndjsonListen is a loopback address (all of 127.0.0.0/8 is local) that is
@@ -519,12 +520,13 @@ func TestNDJSONCancelRequestIsInvalid(t *testing.T) {
 }
 
 // TestNDJSONConnRecognisedOnEphemeralPort is the regression test for NDJSON
-// connections served as WebSocket. loop.Server.isNDJSON compares the
+// connections served as WebSocket. loop.Server.isNDJSON compared the
 // connection's c.LocalAddr() with NDJSONAddr(), but gnet's Conn.LocalAddr()
 // is the listener's configured address as resolved from its string: with
 // port 0 it stays "127.0.0.2:0" and never equals the bound port, so every
-// connection of the NDJSON listener gets the WebSocket handshake parser (no
-// answer to a line; HTTP 400 once a blank line ends the "header").
+// connection of the NDJSON listener got the WebSocket handshake parser (no
+// answer to a line; HTTP 400 once a blank line ends the "header"). Now each
+// listener's acceptor hands its binding to OnOpen with the connection.
 func TestNDJSONConnRecognisedOnEphemeralPort(t *testing.T) {
 	gw := startGateway(t, withNDJSON)
 	c := dialNDRaw(t, gw)

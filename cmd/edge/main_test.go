@@ -460,11 +460,7 @@ func TestStdioBinary(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	watchdog(t)
-	bin := filepath.Join(t.TempDir(), "edge")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildEdge(t)
 	gs := goldens(t)
 
 	cmd := exec.Command(bin, "--stdio")
@@ -590,4 +586,16 @@ func TestStdioReadsAfterSignal(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	s.expectEnd()
+}
+
+// buildEdge builds the edge command into a temporary directory and returns
+// the binary's path.
+func buildEdge(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "edge")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

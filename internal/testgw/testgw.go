@@ -188,9 +188,10 @@ func Start(t testing.TB, cfg Config) *Gateway {
 		lc.Logger = logger
 	}
 	// The NDJSON address is not spelled like the WebSocket one, and it names
-	// a concrete port: gnet tells listeners apart by their address string,
-	// and with port 0 loop.Server does not recognise NDJSON connections
-	// (test/ndjson_test.go: TestNDJSONListenSameAddressString,
+	// a concrete port: when gnet owned the listeners it told them apart by
+	// their address string, and with port 0 loop.Server did not recognise
+	// NDJSON connections (test/ndjson_test.go:
+	// TestNDJSONListenSameAddressString,
 	// TestNDJSONConnRecognisedOnEphemeralPort). The port was free a moment
 	// ago; on the rare clash, try another.
 	for attempt := 0; ; attempt++ {
@@ -227,9 +228,8 @@ func Start(t testing.TB, cfg Config) *Gateway {
 	return gw
 }
 
-// Stop closes every connection of srv and stops its engine. loop.Server.Close
-// returns only at gnet's next shutdown poll; Done is closed as soon as the
-// engine has stopped, so Stop waits for that. Safe to call again.
+// Stop closes every connection of srv and stops its engine, and waits for
+// Done. Safe to call again.
 func Stop(t testing.TB, srv *loop.Server) {
 	t.Helper()
 	go func() {
