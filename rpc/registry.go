@@ -95,3 +95,10 @@ func LoadOpenRPC(r io.Reader) (*Registry, error) {
 // Lookup returns the method named by the unescaped name, or nil. It does not
 // allocate.
 func (r *Registry) Lookup(name []byte) *Method { return r.methods[string(name)] }
+
+// Methods calls fn with every method of the registry, in no particular order.
+func (r *Registry) Methods(fn func(m *Method)) {
+	for _, m := range r.methods {
+		fn(m)
+	}
+}

@@ -66,6 +66,11 @@ type Config struct {
 	// here that blocks holds up the calls batched with it. It is asked once
 	// per method, by NewServer. [nil: none]
 	NonBlocking func(method string) bool
+	// Forward, when set, names the forwarder that serves a method instead
+	// of Handler (an upstream, CONTRACT.md section 10), or nil for Handler.
+	// It is asked once per method, by NewServer. [nil: Handler serves every
+	// method]
+	Forward func(method string) backend.Forwarder
 	// Pool runs backend calls and holds the global task cap (required).
 	Pool *backend.Pool
 	// SubscriptionBuffer is the number of undelivered events a subscription may
@@ -116,6 +121,9 @@ type Server struct {
 	// nonBlocking holds the unary methods Config.NonBlocking names.
 	// Immutable after NewServer.
 	nonBlocking map[*Method]bool
+	// forward holds the forwarder of each forwarded method
+	// (Config.Forward). Immutable after NewServer.
+	forward map[*Method]backend.Forwarder
 	// owing is the drain flag (drainBit) and, below it, the number of
 	// admitted requests that still owe an answer: unary calls running and
 	// subscriptions establishing. One word, so that admitting a request and
@@ -181,6 +189,17 @@ func NewServer(cfg Config) (*Server, error) {
 		for name, m := range cfg.Registry.methods {
 			if m.Kind == Unary && cfg.NonBlocking(name) {
 				srv.nonBlocking[m] = true
+			}
+		}
+	}
+	if cfg.Forward != nil {
+		srv.forward = make(map[*Method]backend.Forwarder)
+		for name, m := range cfg.Registry.methods {
+			if m.Kind == Local {
+				continue
+			}
+			if f := cfg.Forward(name); f != nil {
+				srv.forward[m] = f
 			}
 		}
 	}

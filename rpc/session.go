@@ -229,7 +229,8 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 			}
 		}
 	}
-	if m == nil || (m.Kind == Subscription && (!tracked || s.srv.subscriber == nil)) {
+	fwd := s.srv.forward[m]
+	if m == nil || (m.Kind == Subscription && (!tracked || (s.srv.subscriber == nil && fwd == nil))) {
 		return errMethodNotFound
 	}
 	if !isObject(env.Params) {
@@ -242,17 +243,21 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		s.srv.settled(1)
 		return nil
 	}
+	if fwd != nil {
+		s.dispatch(env, m, key, fwd)
+		return nil
+	}
 	if !s.srv.cfg.Pool.TryAcquire() {
 		return errBusy
 	}
-	s.dispatch(env, m, key)
+	s.dispatch(env, m, key, nil)
 	return nil
 }
 
-// dispatch hands an admitted request to a worker. The caller holds a global
-// slot; the task takes a connection slot and, if tracked (key from
-// idTable.find), its id.
-func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey) {
+// dispatch hands an admitted request to a worker, or to fwd when the method
+// is forwarded. For a worker the caller holds a global slot; the task takes a
+// connection slot and, if tracked (key from idTable.find), its id.
+func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backend.Forwarder) {
 	s.gen++
 	t := s.newTask()
 	t.sess, t.gen, t.method = s, s.gen, m
@@ -268,6 +273,10 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey) {
 		s.newSubscription(t)
 	}
 	s.active.push(t)
+	if fwd != nil {
+		t.ticket = fwd.Forward(t)
+		return
+	}
 	if s.submit != nil {
 		s.submit.Submit(t)
 		return
@@ -316,7 +325,7 @@ func (s *Session) cancel(kind codec.IDKind, id []byte) {
 	}
 	s.inflight.del(t.key)
 	t.cancelled = true
-	t.ctx.cancel()
+	t.abort()
 	if s.srv.cfg.CancelReply == CancelReplyError {
 		s.sendError(t.id, errCancelled)
 	}
@@ -332,7 +341,7 @@ func (s *Session) Close() {
 	s.closed = true
 	for t := s.active.head; t != nil; t = t.next {
 		t.cancelled = true
-		t.ctx.cancel()
+		t.abort()
 		if t.sub != nil {
 			t.sub.state = subEnded
 			t.sub.st.close()
@@ -391,6 +400,11 @@ func (s *Session) stats(id []byte) {
 
 // sendError answers id (nil: null) with err as a JSON-RPC error object.
 func (s *Session) sendError(id []byte, err error) {
+	if raw, ok := err.(*backend.RawError); ok {
+		s.buf = codec.AppendRawError(s.buf[:0], id, raw.Object)
+		s.send(s.buf)
+		return
+	}
 	code, message, dataCode, details := errorFields(err)
 	s.buf = codec.AppendError(s.buf[:0], id, code, message, dataCode, details)
 	s.send(s.buf)

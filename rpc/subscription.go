@@ -29,6 +29,7 @@ const (
 	reasonNone         closeReason = iota // no notification (client cancel, connection closed)
 	reasonDone                            // "done"
 	reasonSlowConsumer                    // "SLOW_CONSUMER"
+	reasonUpstreamLost                    // "UPSTREAM_LOST"
 )
 
 func (r closeReason) String() string {
@@ -37,6 +38,8 @@ func (r closeReason) String() string {
 		return "done"
 	case reasonSlowConsumer:
 		return "SLOW_CONSUMER"
+	case reasonUpstreamLost:
+		return "UPSTREAM_LOST"
 	}
 	return ""
 }
@@ -337,7 +340,7 @@ func (s *Session) drainEvents(sub *subscription) {
 		return
 	}
 	if sub.producerDone {
-		s.endSubscription(sub, reasonDone)
+		s.endSubscription(sub, producerReason(sub.task.err))
 	}
 }
 
@@ -376,7 +379,7 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 	establishing := sub.state == subEstablishing
 	sub.state = subEnded
 	sub.st.close()
-	sub.task.ctx.cancel()
+	sub.task.abort()
 	delete(s.subs, sub.id)
 	if establishing {
 		// The notification may not precede the response: it is owed until then.
@@ -471,7 +474,7 @@ func (s *Session) GoAway() {
 		case t.cancelled:
 		case t.sub == nil:
 			t.cancelled = true
-			t.ctx.cancel()
+			t.abort()
 			if s.releaseID(t) {
 				s.sendError(t.id, errShuttingDown)
 			}

@@ -31,6 +31,11 @@ type Task struct {
 
 	sub *subscription // immutable after dispatch: set for subscription establishment
 
+	// ticket reaches the forwarder of a forwarded call (zero otherwise).
+	// Written on the loop by dispatch after Forward returns; read on the
+	// loop.
+	ticket backend.Ticket
+
 	cancelled  bool  // loop-owned
 	prev, next *Task // loop-owned: Session.active links
 

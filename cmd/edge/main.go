@@ -15,12 +15,14 @@ import (
 	_ "net/http/pprof" // served only with --pprof-listen
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
+	"github.com/openengine/edge/upstream"
 )
 
 func main() {
@@ -48,6 +50,23 @@ type options struct {
 	pprofListen    string
 	subBuffer      int
 	subBufferBytes int
+
+	upstreams []upstream.Spec
+	routes    []upstream.Route
+	upstream  upstream.Config
+}
+
+// listFlag collects a repeatable flag.
+type listFlag struct {
+	add  func(string) error
+	seen []string
+}
+
+func (f *listFlag) String() string { return strings.Join(f.seen, " ") }
+
+func (f *listFlag) Set(s string) error {
+	f.seen = append(f.seen, s)
+	return f.add(s)
 }
 
 // DefaultMaxTasks is the default global cap on backend tasks.
@@ -88,6 +107,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.registry, "registry", "", "OpenRPC `file` listing the methods (default: the built-in OECP v1 registry)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&o.workerIdle, "worker-idle", 5*time.Second, "idle time after which a backend worker goroutine exits")
+	fs.Var(&listFlag{add: func(s string) error {
+		sp, err := upstream.ParseSpec(s)
+		o.upstreams = append(o.upstreams, sp)
+		return err
+	}}, "upstream", "`NAME=URL` of a service edge forwards to: exec:CMD ARGS, tcp://HOST:PORT (NDJSON), ws://HOST:PORT/PATH or http://HOST:PORT/PATH; repeat a NAME to add replicas (default: the embedded memory backend)")
+	fs.Var(&listFlag{add: func(s string) error {
+		r, err := upstream.ParseRoute(s)
+		o.routes = append(o.routes, r)
+		return err
+	}}, "route", "`PATTERN=NAME`: methods matching PATTERN (a name, or a prefix ending in *) go to upstream NAME or to memory; first match wins, unmatched methods go to the first --upstream")
+	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica")
+	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
+	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -118,6 +150,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.subBufferBytes <= 0 {
 		errs = append(errs, fmt.Errorf("subscription-buffer-bytes %d must be positive", o.subBufferBytes))
+	}
+	if o.upstream.Conns <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-conns %d must be positive", o.upstream.Conns))
+	}
+	if o.upstream.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-timeout %s must be positive", o.upstream.Timeout))
+	}
+	if o.upstream.BackoffMax <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-backoff-max %s must be positive", o.upstream.BackoffMax))
+	}
+	if len(o.routes) > 0 && len(o.upstreams) == 0 {
+		errs = append(errs, errors.New("--route needs an --upstream"))
 	}
 	if o.workerIdle <= 0 {
 		errs = append(errs, fmt.Errorf("worker-idle %s must be positive", o.workerIdle))
@@ -164,7 +208,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	pool := backend.NewPool(o.maxTasks, o.workerIdle)
 	defer pool.Close()
 	mem := backend.NewMemory()
+	o.upstream.MaxMessageBytes = o.loop.MaxMessageBytes
+	o.upstream.Logger = logger
+	ups, err := upstream.NewSet(o.upstreams, o.routes, o.upstream)
+	if err != nil {
+		return err
+	}
+	if err := checkRoutes(ups, reg); err != nil {
+		return err
+	}
+	var forward func(string) backend.Forwarder
+	if !ups.Empty() {
+		forward = ups.Forwarder
+		ups.Start()
+		defer ups.Close() // after the gateway has drained: see below
+	}
 	srv, err := rpc.NewServer(rpc.Config{
+		Forward:                 forward,
 		MaxConnTasks:            o.maxConn,
 		CancelReply:             cancelReply,
 		Registry:                reg,
@@ -202,7 +262,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	addr := gw.Addr().String()
-	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", "memory"}
+	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", backends(ups)}
 	if nd := gw.NDJSONAddr(); nd != nil {
 		attrs = append(attrs, "ndjson", nd.String())
 	}
@@ -220,4 +280,37 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// checkRoutes refuses a subscription method routed to an upstream that can
+// only carry unary calls (http), naming the route (CONTRACT.md section 10).
+func checkRoutes(ups *upstream.Set, reg *rpc.Registry) error {
+	var errs []error
+	reg.Methods(func(m *rpc.Method) {
+		if m.Kind != rpc.Subscription || ups.Forwarder(m.Name) == nil {
+			return
+		}
+		u, r := ups.Lookup(m.Name)
+		if !u.HTTPOnly() {
+			return
+		}
+		how := "the default route (the first --upstream)"
+		if r != nil {
+			how = "route " + r.String()
+		}
+		errs = append(errs, fmt.Errorf("%s sends subscription method %s to http upstream %s, which cannot carry subscriptions", how, m.Name, u.Name()))
+	})
+	return errors.Join(errs...)
+}
+
+// backends names what serves the methods, for the start-up log line.
+func backends(ups *upstream.Set) string {
+	if ups.Empty() {
+		return "memory"
+	}
+	var names []string
+	for _, u := range ups.Upstreams() {
+		names = append(names, u.Name())
+	}
+	return strings.Join(names, ",")
 }

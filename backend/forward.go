@@ -1,0 +1,90 @@
+package backend
+
+import (
+	"errors"
+)
+
+// Forwarder serves methods by passing each call on to another server (an
+// upstream, CONTRACT.md section 10) without a goroutine per call: Forward
+// writes the call out and returns, and whatever reads the other server's
+// answer finishes the call. Implementations must be safe for concurrent use.
+type Forwarder interface {
+	// Forward starts c and returns without blocking: it must not wait for
+	// I/O. It calls c.Finish exactly once, from any goroutine, possibly
+	// before it returns. The Ticket it returns is how the gateway tells it
+	// that the call's outcome is no longer wanted.
+	Forward(c Call) Ticket
+}
+
+// Call is one request a Forwarder carries: what the gateway admitted, and how
+// the answer gets back. Its methods are safe for concurrent use; none of them
+// may be called after Finish.
+type Call interface {
+	// Method is the method name.
+	Method() string
+	// Params is the raw params value (an object, or with the jsonrpc
+	// profile an array). Valid until Finish.
+	Params() []byte
+	// Stream is the subscription's stream when the call establishes a
+	// subscription, nil for a unary call. The forwarder establishes it
+	// (Stream.Establish, whose result must carry Stream.ID() as
+	// "subscriptionId") and emits its events.
+	Stream() Stream
+	// Finish ends the call. Unary: result is the raw JSON result (copied) or
+	// err the error, a *RawError to pass the other server's error object
+	// through. Subscription: err before Establish fails the request; after
+	// it, nil ends the subscription "done" and ErrUpstreamLost ends it
+	// UPSTREAM_LOST, in both cases once its buffered events are delivered.
+	// Exactly once; it does not block.
+	Finish(result []byte, err error)
+}
+
+// Canceller is what a Ticket reaches: the forwarder side of calls.
+type Canceller interface {
+	// Cancel tells the forwarder that the gateway no longer wants the
+	// outcome of call id: the client cancelled it, its connection closed, its
+	// subscription ended or shutdown ran out of time. The forwarder passes
+	// the cancel on if its protocol can, and still calls Finish once (at
+	// once, or when the other server answers or the call times out). Cancel
+	// of a call already finished, or twice, does nothing. It must not block:
+	// it runs on an event loop.
+	Cancel(id uint64)
+}
+
+// Ticket identifies one forwarded call to its forwarder. The zero Ticket
+// cancels nothing.
+type Ticket struct {
+	c  Canceller
+	id uint64
+}
+
+// NewTicket returns the ticket of call id of c. id must never be reused by c
+// while a ticket of it may still be used, so that a late cancel cannot reach
+// a newer call.
+func NewTicket(c Canceller, id uint64) Ticket { return Ticket{c: c, id: id} }
+
+// Cancel passes the cancel on (see Canceller). Must not be called after the
+// call's Finish has been applied.
+func (t Ticket) Cancel() {
+	if t.c != nil {
+		t.c.Cancel(t.id)
+	}
+}
+
+// RawError is an error object another JSON-RPC server sent, passed to the
+// client byte for byte (CONTRACT.md section 10).
+type RawError struct {
+	Object []byte // the raw JSON value of the "error" member
+}
+
+func (e *RawError) Error() string { return "backend: upstream error " + string(e.Object) }
+
+// ErrUpstreamLost ends a forwarded subscription with subscription/closed
+// reason UPSTREAM_LOST (CONTRACT.md section 10).
+var ErrUpstreamLost = errors.New("backend: upstream lost")
+
+// Errors of forwarded calls (CONTRACT.md sections 7 and 10).
+var (
+	ErrUpstreamTimeout     = &Error{Code: CodeApplication, Message: "Upstream timeout", DataCode: "UPSTREAM_TIMEOUT"}
+	ErrUpstreamUnavailable = &Error{Code: CodeApplication, Message: "Upstream unavailable", DataCode: "UPSTREAM_UNAVAILABLE"}
+)

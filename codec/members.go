@@ -1,0 +1,124 @@
+package codec
+
+// This file reads JSON objects member by member, for the messages edge
+// passes on between a client and an upstream (CONTRACT.md section 10): the
+// members it does not rewrite are copied as raw bytes, never decoded.
+
+// EachMember validates obj as one JSON object (surrounding whitespace
+// allowed) and calls fn with the raw key token (quotes included) and the raw
+// value of each member, in order, until fn returns false. It reports whether
+// obj is a valid object; when fn stops early the rest is not validated. It
+// does not allocate. Safe for concurrent use.
+func EachMember(obj []byte, fn func(key, value []byte) bool) bool {
+	i := skipJSONSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	i = skipJSONSpace(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return skipJSONSpace(obj, i+1) == len(obj)
+	}
+	for i < len(obj) {
+		if obj[i] != '"' {
+			return false
+		}
+		ke, _ := scanJSONString(obj, i)
+		if ke < 0 {
+			return false
+		}
+		v := skipJSONSpace(obj, ke)
+		if v >= len(obj) || obj[v] != ':' {
+			return false
+		}
+		if v = skipJSONSpace(obj, v+1); v >= len(obj) {
+			return false
+		}
+		k := i
+		e := skipJSONValue(obj, v, 1)
+		if e < 0 {
+			return false
+		}
+		if !fn(obj[k:ke], obj[v:e]) {
+			return true
+		}
+		i = skipJSONSpace(obj, e)
+		if i >= len(obj) {
+			return false
+		}
+		switch obj[i] {
+		case ',':
+			i = skipJSONSpace(obj, i+1)
+		case '}':
+			return skipJSONSpace(obj, i+1) == len(obj)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// KeyIs reports whether the key token key (as EachMember hands it, a valid
+// JSON string token) spells s, escapes decoded. Safe for concurrent use.
+func KeyIs(key []byte, s string) bool { return unquotedEquals(key, s) }
+
+// AppendRequest appends the request
+// {"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>} with an
+// integer id to dst; params is raw JSON, nil omits the member. It does not
+// allocate when dst has room. Safe for concurrent use.
+func AppendRequest(dst []byte, id uint64, method string, params []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = AppendUint(dst, id)
+	dst = append(dst, `,"method":`...)
+	dst = AppendQuote(dst, method)
+	if params != nil {
+		dst = append(dst, `,"params":`...)
+		dst = append(dst, params...)
+	}
+	return append(dst, '}')
+}
+
+// AppendRawError appends the error response {"jsonrpc":"2.0","id":<id|null>,"error":<object>}
+// with an error object another server sent, byte for byte. Safe for
+// concurrent use.
+func AppendRawError(dst, id, object []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = appendRaw(dst, id)
+	dst = append(dst, `,"error":`...)
+	dst = append(dst, object...)
+	return append(dst, '}')
+}
+
+// ParseUint parses a JSON number token that is a non-negative integer
+// without sign, fraction or exponent and fits in a uint64.
+func ParseUint(tok []byte) (uint64, bool) {
+	if len(tok) == 0 || len(tok) > 20 || (tok[0] == '0' && len(tok) > 1) {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range tok {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// AppendUint appends n in decimal. Safe for concurrent use.
+func AppendUint(dst []byte, n uint64) []byte {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	return append(dst, b[i:]...)
+}

@@ -1,0 +1,66 @@
+package rpc
+
+import (
+	"errors"
+
+	"github.com/openengine/edge/backend"
+)
+
+// This file is the Task's side of forwarded calls (backend.Forwarder,
+// CONTRACT.md section 10): no worker runs them. The forwarder writes the call
+// to an upstream and finishes it from its reader, which posts the task to
+// the loop exactly as a worker does; the loop applies it with Complete, so
+// generations, cancellation and stale answers work as for any task.
+
+var _ backend.Call = (*Task)(nil)
+
+// Method implements backend.Call.
+func (t *Task) Method() string { return t.method.Name }
+
+// Params implements backend.Call.
+func (t *Task) Params() []byte { return t.params }
+
+// Stream implements backend.Call.
+func (t *Task) Stream() backend.Stream {
+	if t.sub == nil {
+		return nil
+	}
+	return &t.sub.st
+}
+
+// Finish implements backend.Call: it records the outcome and posts the task
+// to its loop, as Run does for a worker's call (without a pool slot to free).
+func (t *Task) Finish(result []byte, err error) {
+	srv := t.sess.srv
+	if t.sub != nil {
+		t.err = err
+		t.sess.post.Post(t)
+		return
+	}
+	t.result, t.err = nil, err
+	if err == nil {
+		t.result = append(t.res[:0], result...)
+		if cap(t.result) > cap(t.res) {
+			t.res = t.result[:0]
+		}
+	}
+	t.sess.post.Post(t)
+	srv.settled(1)
+}
+
+// abort cancels the task's work: its context, and for a forwarded call the
+// forwarder's side. Must be called on the loop, before the task's completion
+// is applied.
+func (t *Task) abort() {
+	t.ctx.cancel()
+	t.ticket.Cancel()
+}
+
+// producerReason is how a subscription ends once its producer returned with
+// err and every buffered event is delivered.
+func producerReason(err error) closeReason {
+	if errors.Is(err, backend.ErrUpstreamLost) {
+		return reasonUpstreamLost
+	}
+	return reasonDone
+}

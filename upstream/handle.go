@@ -1,0 +1,289 @@
+package upstream
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/codec"
+)
+
+// envelope is what handle reads of one upstream message: the raw values of
+// the members it acts on.
+type envelope struct {
+	id, method, params, result, errObj []byte
+	jsonrpc                            bool
+}
+
+// Why an upstream message was dropped (CONTRACT.md section 10).
+const (
+	dropBadJSON     = "not a JSON-RPC message"
+	dropUnknownID   = "answer to an unknown id"
+	dropRequest     = "request from the upstream"
+	dropTooLong     = "message over the size limit"
+	dropUnknownNote = "unknown notification"
+	dropBadSub      = "subscription result without a subscriptionId"
+)
+
+// handle applies one message from the upstream. Runs on the link's reader
+// goroutine; msg is valid only during the call. Nothing here blocks: calls
+// are finished and events emitted through the gateway's non-blocking hand-offs.
+func (l *link) handle(msg []byte) {
+	var env envelope
+	ok := codec.EachMember(msg, func(k, v []byte) bool {
+		switch {
+		case codec.KeyIs(k, "id"):
+			env.id = v
+		case codec.KeyIs(k, "method"):
+			env.method = v
+		case codec.KeyIs(k, "params"):
+			env.params = v
+		case codec.KeyIs(k, "result"):
+			env.result = v
+		case codec.KeyIs(k, "error"):
+			env.errObj = v
+		case codec.KeyIs(k, "jsonrpc"):
+			env.jsonrpc = string(v) == `"2.0"`
+		}
+		return true
+	})
+	if !ok || !env.jsonrpc {
+		l.drop(dropBadJSON)
+		return
+	}
+	switch {
+	case env.method != nil && env.id != nil:
+		l.refuse(env.id)
+	case env.method != nil:
+		l.notification(env.method, env.params)
+	case env.id != nil && (env.result != nil) != (env.errObj != nil):
+		l.response(env.id, env.result, env.errObj)
+	default:
+		l.drop(dropBadJSON)
+	}
+}
+
+// refuse answers a request from the upstream with -32601: edge serves no
+// methods to its upstreams.
+func (l *link) refuse(id []byte) {
+	if id[0] != '"' && id[0] != '-' && (id[0] < '0' || id[0] > '9') {
+		l.drop(dropBadJSON)
+		return
+	}
+	l.drop(dropRequest)
+	msg := codec.AppendError(nil, id, codec.CodeMethodNotFound, "Method not found", "", nil)
+	l.mu.Lock()
+	if l.up_ {
+		l.appendLocked(msg)
+	}
+	l.mu.Unlock()
+	l.signal()
+}
+
+// response applies the answer to the call with upstream id idTok.
+func (l *link) response(idTok, result, errObj []byte) {
+	id, ok := codec.ParseUint(idTok)
+	if !ok {
+		l.drop(dropUnknownID)
+		return
+	}
+	l.mu.Lock()
+	e, ok := l.pending[id]
+	if !ok || e.live {
+		l.mu.Unlock()
+		l.drop(dropUnknownID)
+		return
+	}
+	if e.stream == nil || errObj != nil || e.dropped {
+		delete(l.pending, id)
+		if e.stream != nil && e.dropped && errObj == nil {
+			// Cancelled while establishing: the upstream's new subscription
+			// is not wanted.
+			if sub, ok := subscriptionID(result); ok {
+				l.appendLocked(appendSubCancel(nil, sub))
+			}
+		}
+		l.mu.Unlock()
+		l.inflight.Add(-1)
+		l.signal()
+		switch {
+		case e.dropped:
+			e.c.Finish(nil, backend.ErrUpstreamUnavailable) // not delivered: cancelled
+		case errObj != nil:
+			e.c.Finish(nil, &backend.RawError{Object: append([]byte(nil), errObj...)})
+		default:
+			e.c.Finish(result, nil)
+		}
+		return
+	}
+	// A subscription is established: its id is mapped to edge's own.
+	sub, ok := subscriptionID(result)
+	if !ok || l.subs[sub] != 0 {
+		delete(l.pending, id)
+		l.mu.Unlock()
+		l.inflight.Add(-1)
+		l.drop(dropBadSub)
+		e.c.Finish(nil, errBadSubscription)
+		return
+	}
+	e.live, e.upSub, e.deadline = true, sub, 0
+	l.pending[id] = e
+	l.subs[sub] = id
+	l.mu.Unlock()
+	l.inflight.Add(-1)
+	e.stream.Establish(rewriteSubscriptionID(result, e.stream.ID()))
+}
+
+// errBadSubscription fails a subscription request whose upstream result has
+// no usable subscriptionId.
+var errBadSubscription = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "UPSTREAM_PROTOCOL"}
+
+// notification applies an event or a subscription/closed.
+func (l *link) notification(method, params []byte) {
+	switch {
+	case codec.KeyIs(method, "event"):
+		l.event(params)
+	case codec.KeyIs(method, "subscription/closed"):
+		l.closed(params)
+	default:
+		l.drop(dropUnknownNote)
+	}
+}
+
+// event passes an event on to its subscription: the subscriptionId is
+// edge's, every other member of params goes through byte for byte.
+func (l *link) event(params []byte) {
+	var subTok, cursor []byte
+	body := l.body[:0]
+	ok := codec.EachMember(params, func(k, v []byte) bool {
+		if subTok == nil && codec.KeyIs(k, "subscriptionId") {
+			subTok = v
+			return true
+		}
+		if codec.KeyIs(k, "cursor") {
+			cursor = v
+		}
+		if len(body) > 0 {
+			body = append(body, ',')
+		}
+		body = append(append(append(body, k...), ':'), v...)
+		return true
+	})
+	l.body = body
+	if !ok || subTok == nil || subTok[0] != '"' {
+		l.drop(dropBadJSON)
+		return
+	}
+	sub, _ := codec.AppendUnquote(l.name[:0], subTok)
+	l.name = sub
+	l.mu.Lock()
+	e, found := l.pending[l.subs[string(sub)]]
+	l.mu.Unlock()
+	if !found || !e.live {
+		return // cancelled a moment ago: at most one event may still arrive
+	}
+	e.stream.Emit(cursor, body)
+}
+
+// closed ends a subscription the upstream ended: "done" ends it "done" once
+// its buffered events are delivered; any other reason ends it UPSTREAM_LOST,
+// so the client resubscribes from its lastDeliveredCursor.
+func (l *link) closed(params []byte) {
+	var subTok, reason []byte
+	ok := codec.EachMember(params, func(k, v []byte) bool {
+		switch {
+		case codec.KeyIs(k, "subscriptionId"):
+			subTok = v
+		case codec.KeyIs(k, "reason"):
+			reason = v
+		}
+		return true
+	})
+	if !ok || subTok == nil || subTok[0] != '"' {
+		l.drop(dropBadJSON)
+		return
+	}
+	sub, _ := codec.AppendUnquote(l.name[:0], subTok)
+	l.name = sub
+	l.mu.Lock()
+	id := l.subs[string(sub)]
+	e, found := l.pending[id]
+	if found && e.live {
+		delete(l.pending, id)
+		delete(l.subs, e.upSub)
+	}
+	l.mu.Unlock()
+	if !found || !e.live {
+		return
+	}
+	var err error
+	if string(reason) != `"done"` {
+		err = backend.ErrUpstreamLost
+	}
+	e.c.Finish(nil, err)
+}
+
+// subscriptionID returns the string subscriptionId member of a result.
+func subscriptionID(result []byte) (string, bool) {
+	var tok []byte
+	codec.EachMember(result, func(k, v []byte) bool {
+		if codec.KeyIs(k, "subscriptionId") {
+			tok = v
+			return false
+		}
+		return true
+	})
+	if len(tok) == 0 || tok[0] != '"' {
+		return "", false
+	}
+	s, ok := codec.AppendUnquote(nil, tok)
+	return string(s), ok && len(s) > 0
+}
+
+// rewriteSubscriptionID returns result with its subscriptionId replaced by
+// edge's id; every other member is copied byte for byte, in order.
+func rewriteSubscriptionID(result []byte, id string) []byte {
+	out := make([]byte, 0, len(result)+len(id))
+	out = append(out, '{')
+	first := true
+	codec.EachMember(result, func(k, v []byte) bool {
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(append(out, k...), ':')
+		if codec.KeyIs(k, "subscriptionId") {
+			out = codec.AppendQuote(out, id)
+		} else {
+			out = append(out, v...)
+		}
+		return true
+	})
+	return append(out, '}')
+}
+
+// burst counts dropped messages and logs them once per burst: the first
+// drop after a quiet second is logged at once, the rest are counted and
+// reported with the next log line.
+type burst struct {
+	last       time.Time
+	suppressed int
+	total      int
+}
+
+// drop counts one dropped upstream message. Reader goroutine only.
+func (l *link) drop(why string) {
+	l.up.dropped.Add(1)
+	b := &l.garbage
+	b.total++
+	now := time.Now()
+	if now.Sub(b.last) < time.Second {
+		b.suppressed++
+		return
+	}
+	b.last = now
+	l.up.log.Warn("upstream message dropped", slog.String("upstream", l.up.name),
+		slog.String("conn", l.desc), slog.String("why", why),
+		slog.Int("droppedSinceLastLog", b.suppressed), slog.Int("droppedTotal", b.total))
+	b.suppressed = 0
+}

@@ -1,0 +1,160 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/codec"
+)
+
+// httpReplica forwards unary calls as JSON-RPC over HTTP/1.1 POST
+// (CONTRACT.md section 10). HTTP has no multiplexing and no cancel message,
+// so each call is one request on its own goroutine, and a cancel aborts it.
+// A replica whose requests fail at the transport is skipped for a back-off.
+type httpReplica struct {
+	u      *Upstream
+	url    string
+	client *http.Client
+
+	mu      sync.Mutex
+	nextID  uint64                        // guarded by mu
+	calls   map[uint64]context.CancelFunc // guarded by mu: calls in flight
+	fails   int                           // guarded by mu: transport failures in a row
+	downTil time.Time                     // guarded by mu: skipped until then
+	wasDown bool                          // guarded by mu: the last state logged was down
+}
+
+func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
+	return &httpReplica{
+		u:   u,
+		url: r.URL,
+		client: &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: max(u.cfg.Conns, 64),
+			IdleConnTimeout:     90 * time.Second,
+		}},
+		calls: make(map[uint64]context.CancelFunc),
+	}
+}
+
+func (h *httpReplica) up() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return time.Now().After(h.downTil)
+}
+
+func (h *httpReplica) forward(c backend.Call) backend.Ticket {
+	ctx, cancel := context.WithTimeout(context.Background(), h.u.cfg.Timeout)
+	h.mu.Lock()
+	h.nextID++
+	id := h.nextID
+	h.calls[id] = cancel
+	h.mu.Unlock()
+	body := codec.AppendRequest(nil, id, c.Method(), c.Params())
+	go h.do(ctx, id, body, c)
+	return backend.NewTicket(h, id)
+}
+
+// Cancel implements backend.Canceller: the HTTP request is aborted.
+func (h *httpReplica) Cancel(id uint64) {
+	h.mu.Lock()
+	cancel := h.calls[id]
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.Call) {
+	defer func() {
+		h.mu.Lock()
+		cancel := h.calls[id]
+		delete(h.calls, id)
+		h.mu.Unlock()
+		cancel()
+	}()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			c.Finish(nil, backend.ErrUpstreamTimeout)
+			return
+		}
+		if ctx.Err() == nil {
+			h.failed()
+		}
+		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		return
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, int64(h.u.cfg.MaxMessageBytes)+1))
+	if err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			c.Finish(nil, backend.ErrUpstreamTimeout)
+			return
+		}
+		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		return
+	}
+	h.ok()
+	if len(data) > h.u.cfg.MaxMessageBytes {
+		h.u.dropped.Add(1)
+		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropTooLong)
+		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		return
+	}
+	var idTok, result, errObj []byte
+	jsonrpc := false
+	ok := codec.EachMember(data, func(k, v []byte) bool {
+		switch {
+		case codec.KeyIs(k, "id"):
+			idTok = v
+		case codec.KeyIs(k, "result"):
+			result = v
+		case codec.KeyIs(k, "error"):
+			errObj = v
+		case codec.KeyIs(k, "jsonrpc"):
+			jsonrpc = string(v) == `"2.0"`
+		}
+		return true
+	})
+	got, idOK := codec.ParseUint(idTok)
+	if !ok || !jsonrpc || !idOK || got != id || (result == nil) == (errObj == nil) {
+		h.u.dropped.Add(1)
+		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropBadJSON, "status", res.StatusCode)
+		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		return
+	}
+	if errObj != nil {
+		c.Finish(nil, &backend.RawError{Object: errObj})
+		return
+	}
+	c.Finish(result, nil)
+}
+
+// failed records a transport failure: the replica is skipped for a back-off.
+func (h *httpReplica) failed() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.downTil = time.Now().Add(h.u.backoff(h.fails))
+	h.fails++
+	if !h.wasDown {
+		h.wasDown = true
+		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.url)
+	}
+}
+
+func (h *httpReplica) ok() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fails = 0
+	if h.wasDown {
+		h.wasDown = false
+		h.u.log.Info("upstream connected", "upstream", h.u.name, "conn", h.url)
+	}
+}

@@ -1,0 +1,344 @@
+// Package upstream puts edge in front of other JSON-RPC servers (CONTRACT.md
+// section 10): it forwards calls over exec children (NDJSON on stdio), TCP
+// (NDJSON), WebSocket and HTTP, rewriting ids so that many client
+// connections share a few upstream connections.
+//
+// An Upstream is a backend.Forwarder. Forward runs on an event loop and never
+// waits for I/O: it appends the request to a connection's output buffer and
+// returns. Each connection has one reader and one writer goroutine; a call in
+// flight is one table entry, not a goroutine (HTTP, whose protocol has no
+// multiplexing, is the exception: one request per call). The reader finishes
+// calls through backend.Call.Finish, which hands them back to their loop.
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/openengine/edge/backend"
+)
+
+// Config configures the upstreams. Zero values mean the defaults.
+type Config struct {
+	// Conns is the number of connections per tcp or ws replica [2].
+	Conns int
+	// Timeout is how long a unary call may wait for its answer [30s].
+	Timeout time.Duration
+	// BackoffMin and BackoffMax bound the reconnect back-off [100ms, 10s].
+	BackoffMin, BackoffMax time.Duration
+	// MaxMessageBytes is the largest message accepted from an upstream
+	// [1 MiB]; longer ones are dropped.
+	MaxMessageBytes int
+	// MaxPendingBytes is the most output a connection holds for an
+	// upstream that does not read; calls beyond it are answered
+	// UPSTREAM_UNAVAILABLE [16 MiB].
+	MaxPendingBytes int
+	// KillTimeout is how long an exec child gets after EOF on its stdin,
+	// and again after SIGTERM, before the next step [2s].
+	KillTimeout time.Duration
+	// Logger receives state changes, dropped messages and exec children's
+	// stderr [slog.Default()].
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultConns           = 2
+	DefaultTimeout         = 30 * time.Second
+	DefaultBackoffMin      = 100 * time.Millisecond
+	DefaultBackoffMax      = 10 * time.Second
+	DefaultMaxMessageBytes = 1 << 20
+	DefaultMaxPendingBytes = 16 << 20
+	DefaultKillTimeout     = 2 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.Conns <= 0 {
+		c.Conns = DefaultConns
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = DefaultBackoffMin
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMin = c.BackoffMax
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	if c.KillTimeout <= 0 {
+		c.KillTimeout = DefaultKillTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Kind is an upstream's transport.
+type Kind uint8
+
+// Transports (CONTRACT.md section 10).
+const (
+	Exec Kind = iota + 1
+	TCP
+	WebSocket
+	HTTP
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Exec:
+		return "exec"
+	case TCP:
+		return "tcp"
+	case WebSocket:
+		return "ws"
+	case HTTP:
+		return "http"
+	}
+	return "unknown"
+}
+
+// Replica is one parsed --upstream URL.
+type Replica struct {
+	Kind Kind
+	URL  string   // as given
+	Argv []string // exec: the command and its arguments
+	Addr string   // tcp: host:port
+}
+
+// ParseURL parses the URL of an --upstream flag.
+func ParseURL(s string) (Replica, error) {
+	switch {
+	case strings.HasPrefix(s, "exec:"):
+		argv, err := splitWords(strings.TrimPrefix(s, "exec:"))
+		if err != nil {
+			return Replica{}, fmt.Errorf("%q: %w", s, err)
+		}
+		if len(argv) == 0 {
+			return Replica{}, fmt.Errorf("%q: no command", s)
+		}
+		return Replica{Kind: Exec, URL: s, Argv: argv}, nil
+	case strings.HasPrefix(s, "nats://"):
+		return Replica{}, fmt.Errorf("%q: nats upstreams are not built yet (CONTRACT.md section 13)", s)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return Replica{}, err
+	}
+	if u.Host == "" || u.Port() == "" {
+		return Replica{}, fmt.Errorf("%q: want HOST:PORT", s)
+	}
+	switch u.Scheme {
+	case "tcp":
+		if u.Path != "" && u.Path != "/" {
+			return Replica{}, fmt.Errorf("%q: a tcp upstream has no path", s)
+		}
+		return Replica{Kind: TCP, URL: s, Addr: u.Host}, nil
+	case "ws":
+		return Replica{Kind: WebSocket, URL: s, Addr: u.Host}, nil
+	case "http":
+		return Replica{Kind: HTTP, URL: s, Addr: u.Host}, nil
+	}
+	return Replica{}, fmt.Errorf("%q: want exec:, tcp://, ws:// or http://", s)
+}
+
+// splitWords splits a command line on spaces; double quotes group words.
+// No shell is involved.
+func splitWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	in, have := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			in, have = !in, true
+		case r == ' ' && !in:
+			if have {
+				words = append(words, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteRune(r)
+			have = true
+		}
+	}
+	if in {
+		return nil, errors.New("unterminated double quote")
+	}
+	if have {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// Upstream is one named upstream: its replicas and their connections. It is
+// a backend.Forwarder. Safe for concurrent use.
+type Upstream struct {
+	name string
+	cfg  Config
+	log  *slog.Logger
+	http []*httpReplica // HTTP replicas
+	// links are the connections of every exec, tcp and ws replica.
+	links   []*link
+	sups    []*supervisor
+	dropped atomic.Int64 // upstream messages dropped (CONTRACT.md section 10)
+	next    atomic.Uint32
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	stop    sync.Once
+}
+
+// New returns the upstream name with the given replicas. Start connects it.
+func New(name string, replicas []Replica, cfg Config) *Upstream {
+	cfg = cfg.withDefaults()
+	u := &Upstream{name: name, cfg: cfg, log: cfg.Logger, quit: make(chan struct{})}
+	for _, r := range replicas {
+		switch r.Kind {
+		case HTTP:
+			u.http = append(u.http, newHTTPReplica(u, r))
+		case Exec:
+			u.addLink(r, r.URL)
+		default:
+			for i := range cfg.Conns {
+				u.addLink(r, fmt.Sprintf("%s#%d", r.URL, i+1))
+			}
+		}
+	}
+	return u
+}
+
+func (u *Upstream) addLink(r Replica, desc string) {
+	var l *link
+	if r.Kind == WebSocket {
+		l = newLink(u, desc, appendClientFrame, true)
+	} else {
+		l = newLink(u, desc, nil, false)
+	}
+	u.links = append(u.links, l)
+	u.sups = append(u.sups, &supervisor{u: u, l: l, r: r})
+}
+
+// Name is the upstream's name.
+func (u *Upstream) Name() string { return u.name }
+
+// HTTPOnly reports whether every replica is an HTTP one (no subscriptions).
+func (u *Upstream) HTTPOnly() bool { return len(u.links) == 0 }
+
+// HasHTTP reports whether some replica is an HTTP one.
+func (u *Upstream) HasHTTP() bool { return len(u.http) > 0 }
+
+// Dropped reports how many upstream messages were dropped.
+func (u *Upstream) Dropped() int64 { return u.dropped.Load() }
+
+// Start starts connecting every replica in the background; calls get
+// UPSTREAM_UNAVAILABLE until a connection is up.
+func (u *Upstream) Start() {
+	for _, s := range u.sups {
+		u.wg.Add(1)
+		go s.run()
+	}
+}
+
+// Ready reports whether some connection of the upstream takes calls.
+func (u *Upstream) Ready() bool {
+	for _, l := range u.links {
+		if l.isUp() {
+			return true
+		}
+	}
+	for _, h := range u.http {
+		if h.up() {
+			return true
+		}
+	}
+	return false
+}
+
+// Close closes every connection (exec children get EOF, then SIGTERM, then
+// SIGKILL) and waits for the connection goroutines to end. Calls still in
+// flight get UPSTREAM_UNAVAILABLE.
+func (u *Upstream) Close() {
+	u.stop.Do(func() { close(u.quit) })
+	u.wg.Wait()
+}
+
+// Forward implements backend.Forwarder: the call goes to the connected
+// connection with the fewest calls in flight, across replicas; with none
+// connected it is answered UPSTREAM_UNAVAILABLE at once (nothing queues).
+// Runs on an event loop; never waits for I/O.
+func (u *Upstream) Forward(c backend.Call) backend.Ticket {
+	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
+		if l := u.pick(); l != nil {
+			return l.forward(c)
+		}
+	}
+	if c.Stream() == nil {
+		if h := u.pickHTTP(); h != nil {
+			return h.forward(c)
+		}
+	}
+	c.Finish(nil, backend.ErrUpstreamUnavailable)
+	return backend.Ticket{}
+}
+
+// pick returns the connected link with the fewest calls in flight, starting
+// the scan at a rotating offset so that ties spread, or nil.
+func (u *Upstream) pick() *link {
+	var best *link
+	var least int64
+	n := len(u.links)
+	off := int(u.next.Add(1) % uint32(n))
+	for i := range n {
+		l := u.links[(off+i)%n]
+		if !l.isUp() {
+			continue
+		}
+		if f := l.inflight.Load(); best == nil || f < least {
+			best, least = l, f
+		}
+	}
+	return best
+}
+
+func (u *Upstream) pickHTTP() *httpReplica {
+	n := len(u.http)
+	if n == 0 {
+		return nil
+	}
+	off := int(u.next.Add(1) % uint32(n))
+	for i := range n {
+		if h := u.http[(off+i)%n]; h.up() {
+			return h
+		}
+	}
+	return nil
+}
+
+// backoff returns the wait before attempt n (0-based): exponential from
+// BackoffMin to BackoffMax, with up to 50% jitter.
+func (u *Upstream) backoff(n int) time.Duration {
+	d := u.cfg.BackoffMin
+	for i := 0; i < n && d < u.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, u.cfg.BackoffMax)
+	return d/2 + rand.N(d/2+1)
+}
