@@ -43,7 +43,7 @@ const (
 // TestMain runs the tests, then checks that no gateway goroutine outlives
 // them: every gateway a test started must have stopped its event loops and
 // backend workers.
-func TestMain(m *testing.M) { testgw.Main(m) }
+func TestMain(m *testing.M) { testgw.Main(m, removeEdgeBinary) }
 
 // gwConfig is what a test may override before its gateway starts.
 type gwConfig struct {

@@ -272,6 +272,22 @@ func (u *Upstream) Ready() bool {
 	return false
 }
 
+// Connected reports how many of the upstream's connections (exec, tcp and
+// ws; an HTTP replica counts as one) take calls now, out of how many.
+func (u *Upstream) Connected() (up, total int) {
+	for _, l := range u.links {
+		if l.isUp() {
+			up++
+		}
+	}
+	for _, h := range u.http {
+		if h.up() {
+			up++
+		}
+	}
+	return up, len(u.links) + len(u.http)
+}
+
 // Close closes every connection (exec children get EOF, then SIGTERM, then
 // SIGKILL) and waits for the connection goroutines to end. Calls still in
 // flight get UPSTREAM_UNAVAILABLE.

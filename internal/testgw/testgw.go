@@ -32,9 +32,12 @@ const StopTimeout = 10 * time.Second
 // Main runs the tests of a package and then fails the run if any goroutine
 // of edge or of a gnet engine outlives them (every gateway a test started
 // must have stopped its event loops and backend workers). Call it from
-// TestMain.
-func Main(m *testing.M) {
+// TestMain. cleanups run after the tests, before the check.
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	if code == 0 {
 		if leaked := LeakedGoroutines(5 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines left behind by the tests:\n%s\n", leaked)

@@ -1,0 +1,153 @@
+package test
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/upstream"
+)
+
+// This file starts the parts of the upstream tests (CONTRACT.md section 10):
+// real edge gateways as upstreams (in-process, over their real listeners, or
+// the edge binary as an exec child) and a proxy gateway in front of them.
+
+// upstreamEdge is an in-process edge serving as an upstream: its WebSocket
+// and NDJSON listeners, and its memory backend for gates.
+type upstreamEdge struct {
+	gw *testgw.Gateway
+	ws string // ws://host:port/
+	nd string // tcp://host:port
+}
+
+func startUpstreamEdge(t *testing.T) *upstreamEdge {
+	t.Helper()
+	gw := testgw.Start(t, testgw.Config{NDJSON: true})
+	return &upstreamEdge{
+		gw: gw,
+		ws: "ws://" + gw.Srv.Addr().String() + "/",
+		nd: "tcp://" + gw.Srv.NDJSONAddr().String(),
+	}
+}
+
+// waitGate polls until n requests wait on the upstream's gate name.
+func (u *upstreamEdge) waitGate(t *testing.T, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for u.gw.Mem.Waiting(name) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream gate %q: %d waiting, want %d", name, u.gw.Mem.Waiting(name), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// proxy is a gateway forwarding to upstreams.
+type proxy struct {
+	*gateway
+	set *upstream.Set
+}
+
+// startProxy starts the upstreams of specs (NAME=URL, as --upstream) with
+// routes (PATTERN=NAME, as --route), waits until every connection is up,
+// and starts a gateway forwarding to them. Both stop in t.Cleanup, the
+// upstreams after the gateway.
+func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...string) *proxy {
+	t.Helper()
+	var sp []upstream.Spec
+	for _, s := range specs {
+		x, err := upstream.ParseSpec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp = append(sp, x)
+	}
+	var rs []upstream.Route
+	for _, s := range routes {
+		r, err := upstream.ParseRoute(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	logs := &testgw.Buffer{}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(logs)
+	}
+	set, err := upstream.NewSet(sp, rs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.Start()
+	t.Cleanup(func() {
+		set.Close()
+		if t.Failed() {
+			t.Logf("upstream logs:\n%s", logs.String())
+		}
+	})
+	waitConnected(t, set)
+	gw := startGateway(t, func(c *gwConfig) { c.rpc.Forward = set.Forwarder })
+	return &proxy{gateway: gw, set: set}
+}
+
+// waitConnected polls until every connection of every upstream of set is up.
+func waitConnected(t *testing.T, set *upstream.Set) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for _, u := range set.Upstreams() {
+		for {
+			up, total := u.Connected()
+			if up == total {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("upstream %s: %d of %d connections up", u.Name(), up, total)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+var (
+	edgeBinOnce sync.Once
+	edgeBinDir  string
+	edgeBin     string
+	edgeBinErr  error
+)
+
+// edgeBinary builds cmd/edge once per test binary, for exec upstreams.
+func edgeBinary(t *testing.T) string {
+	t.Helper()
+	edgeBinOnce.Do(func() {
+		edgeBinDir, edgeBinErr = os.MkdirTemp("", "edge-test-bin-")
+		if edgeBinErr != nil {
+			return
+		}
+		edgeBin = filepath.Join(edgeBinDir, "edge")
+		out, err := exec.Command("go", "build", "-o", edgeBin, "../cmd/edge").CombinedOutput()
+		if err != nil {
+			edgeBinErr = err
+			t.Logf("go build: %s", out)
+		}
+	})
+	if edgeBinErr != nil {
+		t.Fatalf("building edge: %v", edgeBinErr)
+	}
+	return edgeBin
+}
+
+// removeEdgeBinary removes what edgeBinary built (from TestMain).
+func removeEdgeBinary() {
+	if edgeBinDir != "" {
+		os.RemoveAll(edgeBinDir)
+	}
+}
+
+// testLogger writes text logs to w.
+func testLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
