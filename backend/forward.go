@@ -88,3 +88,10 @@ var (
 	ErrUpstreamTimeout     = &Error{Code: CodeApplication, Message: "Upstream timeout", DataCode: "UPSTREAM_TIMEOUT"}
 	ErrUpstreamUnavailable = &Error{Code: CodeApplication, Message: "Upstream unavailable", DataCode: "UPSTREAM_UNAVAILABLE"}
 )
+
+// Notifier is implemented by a Forwarder that can pass on a notification (a
+// request without id, jsonrpc profile): no answer comes back. Notify must not
+// block; a notification that cannot be sent now is dropped.
+type Notifier interface {
+	Notify(method string, params []byte)
+}

@@ -41,20 +41,28 @@ func EachMember(obj []byte, fn func(key, value []byte) bool) bool {
 		if !fn(obj[k:ke], obj[v:e]) {
 			return true
 		}
-		i = skipJSONSpace(obj, e)
-		if i >= len(obj) {
-			return false
-		}
-		switch obj[i] {
-		case ',':
-			i = skipJSONSpace(obj, i+1)
-		case '}':
-			return skipJSONSpace(obj, i+1) == len(obj)
-		default:
-			return false
+		var end, ok bool
+		if i, end, ok = nextItem(obj, e, '}'); end {
+			return ok
 		}
 	}
 	return false
+}
+
+// nextItem steps past the separator after a member or element that ends at
+// e: to the next item (end false), or past the closing byte to the end of
+// the input, reporting whether only whitespace follows (end true, ok).
+func nextItem(b []byte, e int, closing byte) (next int, end, ok bool) {
+	i := skipJSONSpace(b, e)
+	switch {
+	case i >= len(b):
+		return i, true, false
+	case b[i] == ',':
+		return skipJSONSpace(b, i+1), false, true
+	case b[i] == closing:
+		return i, true, skipJSONSpace(b, i+1) == len(b)
+	}
+	return i, true, false
 }
 
 // KeyIs reports whether the key token key (as EachMember hands it, a valid
@@ -63,14 +71,14 @@ func KeyIs(key []byte, s string) bool { return unquotedEquals(key, s) }
 
 // AppendRequest appends the request
 // {"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>} with an
-// integer id to dst; params is raw JSON, nil omits the member. It does not
+// integer id to dst; params is raw JSON, empty omits the member. It does not
 // allocate when dst has room. Safe for concurrent use.
 func AppendRequest(dst []byte, id uint64, method string, params []byte) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = AppendUint(dst, id)
 	dst = append(dst, `,"method":`...)
 	dst = AppendQuote(dst, method)
-	if params != nil {
+	if len(params) > 0 {
 		dst = append(dst, `,"params":`...)
 		dst = append(dst, params...)
 	}
@@ -121,4 +129,34 @@ func AppendUint(dst []byte, n uint64) []byte {
 		}
 	}
 	return append(dst, b[i:]...)
+}
+
+// EachElement validates arr as one JSON array (surrounding whitespace
+// allowed) and calls fn with the raw bytes of each element, in order, until
+// fn returns false. It reports whether arr is a valid array; when fn stops
+// early the rest is not validated. It does not allocate. Safe for concurrent
+// use.
+func EachElement(arr []byte, fn func(elem []byte) bool) bool {
+	i := skipJSONSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return false
+	}
+	i = skipJSONSpace(arr, i+1)
+	if i < len(arr) && arr[i] == ']' {
+		return skipJSONSpace(arr, i+1) == len(arr)
+	}
+	for i < len(arr) {
+		e := skipJSONValue(arr, i, 1)
+		if e < 0 {
+			return false
+		}
+		if !fn(arr[i:e]) {
+			return true
+		}
+		var end, ok bool
+		if i, end, ok = nextItem(arr, e, ']'); end {
+			return ok
+		}
+	}
+	return false
 }

@@ -17,8 +17,14 @@ var _ backend.Call = (*Task)(nil)
 // Method implements backend.Call.
 func (t *Task) Method() string { return t.method.Name }
 
-// Params implements backend.Call.
-func (t *Task) Params() []byte { return t.params }
+// Params implements backend.Call: nil when the request had none (jsonrpc
+// profile).
+func (t *Task) Params() []byte {
+	if len(t.params) == 0 {
+		return nil
+	}
+	return t.params
+}
 
 // Stream implements backend.Call.
 func (t *Task) Stream() backend.Stream {

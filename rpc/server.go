@@ -71,6 +71,11 @@ type Config struct {
 	// It is asked once per method, by NewServer. [nil: Handler serves every
 	// method]
 	Forward func(method string) backend.Forwarder
+	// Profile is the protocol profile [ProfileOECP].
+	Profile Profile
+	// MaxBatch is the most requests a batch may hold with ProfileJSONRPC
+	// [DefaultMaxBatch].
+	MaxBatch int
 	// Pool runs backend calls and holds the global task cap (required).
 	Pool *backend.Pool
 	// SubscriptionBuffer is the number of undelivered events a subscription may
@@ -107,6 +112,12 @@ func (c *Config) Validate() error {
 	if c.Pool == nil {
 		errs = append(errs, errors.New("rpc: no worker pool"))
 	}
+	if c.MaxBatch < 0 {
+		errs = append(errs, fmt.Errorf("rpc: max batch %d must be positive", c.MaxBatch))
+	}
+	if c.Profile > ProfileJSONRPC {
+		errs = append(errs, fmt.Errorf("rpc: profile %d unknown", c.Profile))
+	}
 	if c.CancelReply > CancelReplyError {
 		errs = append(errs, fmt.Errorf("rpc: cancel reply %d unknown", c.CancelReply))
 	}
@@ -124,6 +135,9 @@ type Server struct {
 	// forward holds the forwarder of each forwarded method
 	// (Config.Forward). Immutable after NewServer.
 	forward map[*Method]backend.Forwarder
+	// maxBatch is Config.MaxBatch with its default. Immutable.
+	maxBatch int
+	adhocs   adhocMethods // methods outside the registry (jsonrpc profile)
 	// owing is the drain flag (drainBit) and, below it, the number of
 	// admitted requests that still owe an answer: unary calls running and
 	// subscriptions establishing. One word, so that admitting a request and
@@ -183,7 +197,10 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	sub, _ := cfg.Handler.(backend.Subscriber)
-	srv := &Server{cfg: cfg, subscriber: sub}
+	srv := &Server{cfg: cfg, subscriber: sub, maxBatch: cfg.MaxBatch}
+	if srv.maxBatch == 0 {
+		srv.maxBatch = DefaultMaxBatch
+	}
 	if cfg.NonBlocking != nil {
 		srv.nonBlocking = make(map[*Method]bool)
 		for name, m := range cfg.Registry.methods {

@@ -91,6 +91,10 @@ type Session struct {
 	free       []*Task // loop-owned: unary tasks ready for reuse, see newTask
 	freeBytes  int     // loop-owned: buffer bytes the tasks in free keep
 
+	// collect, while set, takes the session's answers instead of the sink:
+	// the batch being handled, or whose request is being answered.
+	collect *batch // loop-owned
+
 	buf  []byte // loop-owned scratch: encoded message
 	key  []byte // loop-owned scratch: id identity key
 	name []byte // loop-owned scratch: unescaped method name
@@ -133,7 +137,22 @@ func (s *Session) HandleMessage(msg []byte) {
 	if s.closed {
 		return
 	}
-	s.handle(codec.Classify(msg, s.transport == WebSocket))
+	s.handleEnvelope(msg, codec.Classify(msg, s.transport == WebSocket))
+}
+
+// handleEnvelope handles a message Classify classified as env; a batch is
+// only taken apart with the jsonrpc profile (CONTRACT.md section 10).
+func (s *Session) handleEnvelope(msg []byte, env codec.Envelope) {
+	if env.Kind == codec.KindInvalid && s.srv.cfg.Profile == ProfileJSONRPC {
+		if isBatch(msg) {
+			s.handleBatch(msg)
+			return
+		}
+		if s.notification(msg) {
+			return
+		}
+	}
+	s.handle(env)
 }
 
 // HandleUnchecked is HandleMessage for a message whose UTF-8 validity the
@@ -150,7 +169,7 @@ func (s *Session) HandleUnchecked(msg []byte) bool {
 	if env.Kind == codec.KindParseError && !utf8.Valid(msg) {
 		return false
 	}
-	s.handle(env)
+	s.handleEnvelope(msg, env)
 	return true
 }
 
@@ -230,11 +249,17 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		}
 	}
 	fwd := s.srv.forward[m]
+	if m == nil {
+		m, fwd = s.srv.adhoc(env.MethodName(s.name))
+	}
 	if m == nil || (m.Kind == Subscription && (!tracked || (s.srv.subscriber == nil && fwd == nil))) {
 		return errMethodNotFound
 	}
-	if !isObject(env.Params) {
+	if !s.srv.paramsOK(env.Params) {
 		return errInvalidParams
+	}
+	if m.Kind == Subscription && s.collect != nil {
+		return errSubscriptionInBatch
 	}
 	if m.Kind == Local {
 		// Like every admitted request it needs a free slot (CONTRACT.md
@@ -261,7 +286,11 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backen
 	s.gen++
 	t := s.newTask()
 	t.sess, t.gen, t.method = s, s.gen, m
-	t.nonBlocking = s.lastNB // lastMethod is m: request just looked it up
+	t.nonBlocking = s.lastNB && s.lastMethod == m
+	if b := s.collect; b != nil {
+		t.batch = b
+		b.owed++
+	}
 	t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
 	n := len(env.ID)
 	t.id, t.params = t.buf[:n:n], t.buf[n:]
@@ -306,13 +335,22 @@ func (s *Session) Complete(t *Task) {
 		s.freeTask(t)
 		return // stale: the id belongs to a newer request now
 	}
+	if t.batch != nil {
+		s.answerInBatch(t, func() { s.answer(t) })
+	} else {
+		s.answer(t)
+	}
+	s.freeTask(t)
+}
+
+// answer writes the response of a completed unary task.
+func (s *Session) answer(t *Task) {
 	if t.err != nil {
 		s.sendError(t.id, t.err)
 	} else {
 		s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
 		s.send(s.buf)
 	}
-	s.freeTask(t)
 }
 
 // cancel handles $/cancelRequest (CONTRACT.md section 4): the request's id is
@@ -326,9 +364,11 @@ func (s *Session) cancel(kind codec.IDKind, id []byte) {
 	s.inflight.del(t.key)
 	t.cancelled = true
 	t.abort()
-	if s.srv.cfg.CancelReply == CancelReplyError {
-		s.sendError(t.id, errCancelled)
-	}
+	s.answerInBatch(t, func() {
+		if s.srv.cfg.CancelReply == CancelReplyError {
+			s.sendError(t.id, errCancelled)
+		}
+	})
 }
 
 // Close ends the session: every running backend call is cancelled and every id
@@ -416,6 +456,10 @@ func (s *Session) sendError(id []byte, err error) {
 // first (see budget). What still does not fit is the transport's to refuse
 // (its hard cap). msg may alias s.buf.
 func (s *Session) send(msg []byte) {
+	if s.collect != nil {
+		s.collect.add(msg)
+		return
+	}
 	b := s.budget
 	if b == nil {
 		s.sink.Send(msg)
@@ -456,15 +500,18 @@ func (s *Session) shed(over int64) {
 
 // isObject reports whether a raw JSON value is an object. The classifier has
 // already validated it, so the first byte decides.
-func isObject(v []byte) bool {
+func isObject(v []byte) bool { return firstByte(v) == '{' }
+
+// firstByte returns the first byte of v that is not JSON whitespace, or 0.
+func firstByte(v []byte) byte {
 	for _, c := range v {
 		switch c {
 		case ' ', '\t', '\r', '\n':
 			continue
 		}
-		return c == '{'
+		return c
 	}
-	return false
+	return 0
 }
 
 // HandleParseError answers input that could not be framed as a message, such

@@ -475,9 +475,11 @@ func (s *Session) GoAway() {
 		case t.sub == nil:
 			t.cancelled = true
 			t.abort()
-			if s.releaseID(t) {
-				s.sendError(t.id, errShuttingDown)
-			}
+			s.answerInBatch(t, func() {
+				if s.releaseID(t) {
+					s.sendError(t.id, errShuttingDown)
+				}
+			})
 		case !t.sub.answered:
 			s.answered(t.sub)
 			s.endSubscription(t.sub, reasonNone)

@@ -36,6 +36,10 @@ type Task struct {
 	// loop.
 	ticket backend.Ticket
 
+	// batch is the batch the request came in, until it is answered
+	// (jsonrpc profile). Loop-owned.
+	batch *batch
+
 	cancelled  bool  // loop-owned
 	prev, next *Task // loop-owned: Session.active links
 

@@ -60,6 +60,12 @@ type proxy struct {
 // upstreams after the gateway.
 func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...string) *proxy {
 	t.Helper()
+	return startProxyWith(t, cfg, specs, routes)
+}
+
+// startProxyWith is startProxy with options for the proxy gateway.
+func startProxyWith(t *testing.T, cfg upstream.Config, specs, routes []string, opts ...func(*gwConfig)) *proxy {
+	t.Helper()
 	var sp []upstream.Spec
 	for _, s := range specs {
 		x, err := upstream.ParseSpec(s)
@@ -92,7 +98,8 @@ func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...str
 		}
 	})
 	waitConnected(t, set)
-	gw := startGateway(t, func(c *gwConfig) { c.rpc.Forward = set.Forwarder })
+	opts = append([]func(*gwConfig){func(c *gwConfig) { c.rpc.Forward = set.Forwarder }}, opts...)
+	gw := startGateway(t, opts...)
 	return &proxy{gateway: gw, set: set}
 }
 

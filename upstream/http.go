@@ -158,3 +158,18 @@ func (h *httpReplica) ok() {
 		h.u.log.Info("upstream connected", "upstream", h.u.name, "conn", h.url)
 	}
 }
+
+// notify posts a notification; its HTTP answer carries nothing.
+func (h *httpReplica) notify(method string, params []byte) {
+	body := codec.AppendNotification(nil, method, params)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), h.u.cfg.Timeout)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if res, err := h.client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, int64(h.u.cfg.MaxMessageBytes)))
+			res.Body.Close()
+		}
+	}()
+}

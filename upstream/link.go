@@ -218,3 +218,16 @@ func (l *link) sweep(now int64) {
 		e.c.Finish(nil, backend.ErrUpstreamTimeout)
 	}
 }
+
+// notify writes a notification. Runs on a loop.
+func (l *link) notify(method string, params []byte) {
+	l.mu.Lock()
+	if !l.up_ || len(l.out) > l.up.cfg.MaxPendingBytes {
+		l.mu.Unlock()
+		return
+	}
+	l.enc = codec.AppendNotification(l.enc[:0], method, params)
+	l.appendLocked(l.enc)
+	l.mu.Unlock()
+	l.signal()
+}

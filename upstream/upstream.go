@@ -321,6 +321,9 @@ func (u *Upstream) pick() *link {
 	var best *link
 	var least int64
 	n := len(u.links)
+	if n == 0 {
+		return nil
+	}
 	off := int(u.next.Add(1) % uint32(n))
 	for i := range n {
 		l := u.links[(off+i)%n]
@@ -357,4 +360,17 @@ func (u *Upstream) backoff(n int) time.Duration {
 	}
 	d = min(d, u.cfg.BackoffMax)
 	return d/2 + rand.N(d/2+1)
+}
+
+// Notify implements backend.Notifier: the notification goes to a connected
+// connection, or nowhere when none is (a notification has no answer to
+// carry the failure). Runs on an event loop; never waits for I/O.
+func (u *Upstream) Notify(method string, params []byte) {
+	if l := u.pick(); l != nil {
+		l.notify(method, params)
+		return
+	}
+	if h := u.pickHTTP(); h != nil {
+		h.notify(method, params)
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
+	"github.com/openengine/edge/upstream"
 )
 
 // TestParseFlagsDefaults: with no flags every limit has its documented
@@ -29,6 +30,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"outbound-hard-bytes", c.OutboundHardBytes, loop.DefaultOutboundHard},
 		{"max-conn-tasks", o.maxConn, rpc.DefaultMaxConnTasks},
 		{"subscription-buffer", o.subBuffer, rpc.DefaultSubscriptionBuffer},
+		{"upstream-conns", o.upstream.Conns, upstream.DefaultConns},
+		{"upstream-timeout (s)", int(o.upstream.Timeout.Seconds()), 30},
+		{"upstream-backoff-max (s)", int(o.upstream.BackoffMax.Seconds()), 10},
+		{"max-batch", o.maxBatch, 100},
 	} {
 		if f.got != f.want {
 			t.Errorf("--%s defaults to %d, want %d", f.name, f.got, f.want)
@@ -41,14 +46,43 @@ func TestParseFlagsDefaults(t *testing.T) {
 func TestParseFlagsRejectsNegativeLimits(t *testing.T) {
 	for _, name := range []string{"max-message-bytes", "max-header-bytes", "read-buffer-bytes",
 		"spare-output-bytes", "outbound-soft-bytes", "outbound-hard-bytes", "handshake-timeout",
-		"max-conn-tasks", "max-tasks", "subscription-buffer", "worker-idle"} {
+		"max-conn-tasks", "max-tasks", "subscription-buffer", "worker-idle",
+		"upstream-conns", "upstream-timeout", "upstream-backoff-max", "max-batch"} {
 		val := "-1"
-		if strings.HasSuffix(name, "timeout") || name == "worker-idle" {
+		if strings.HasSuffix(name, "timeout") || name == "worker-idle" || name == "upstream-backoff-max" {
 			val = "-1s"
 		}
 		_, err := parseFlags([]string{"--" + name, val}, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("--%s %s: error %v, want one naming the flag", name, val, err)
+		}
+	}
+}
+
+// TestUpstreamFlagsRefused: bad --upstream, --route and --profile values are
+// refused before anything starts, each with an error naming what is wrong;
+// a subscription method routed to an http upstream is refused at start-up
+// naming the route (CONTRACT.md section 10).
+func TestUpstreamFlagsRefused(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", "noequals"}, "want NAME=URL"},
+		{[]string{"--upstream", "memory=tcp://127.0.0.1:1"}, "embedded backend"},
+		{[]string{"--upstream", "a=ftp://127.0.0.1:1"}, "want exec:, tcp://, ws:// or http://"},
+		{[]string{"--upstream", "a=tcp://127.0.0.1"}, "want HOST:PORT"},
+		{[]string{"--upstream", `a=exec:"unterminated`}, "unterminated"},
+		{[]string{"--route", "x=memory"}, "--route needs an --upstream"},
+		{[]string{"--upstream", "a=tcp://127.0.0.1:1", "--route", "x*y=a"}, "may only end the pattern"},
+		{[]string{"--upstream", "a=tcp://127.0.0.1:1", "--route", "x=b"}, `no upstream named "b"`},
+		{[]string{"--profile", "xml"}, "profile"},
+		{[]string{"--upstream", "h=http://127.0.0.1:1/rpc", "--route", "edge/*=h"}, "route edge/*=h sends subscription method edge/ticks to http upstream h"},
+		{[]string{"--upstream", "h=http://127.0.0.1:1/rpc", "--route", "edge/*=memory"}, "the default route (the first --upstream) sends subscription method watch"},
+	} {
+		err := run(t.Context(), tt.args, strings.NewReader(""), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("edge %q: error %v, want one containing %q", tt.args, err, tt.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	_ "net/http/pprof" // served only with --pprof-listen
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,8 @@ type options struct {
 	subBuffer      int
 	subBufferBytes int
 
+	profile   string
+	maxBatch  int
 	upstreams []upstream.Spec
 	routes    []upstream.Route
 	upstream  upstream.Config
@@ -117,6 +120,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.routes = append(o.routes, r)
 		return err
 	}}, "route", "`PATTERN=NAME`: methods matching PATTERN (a name, or a prefix ending in *) go to upstream NAME or to memory; first match wins, unmatched methods go to the first --upstream")
+	fs.StringVar(&o.profile, "profile", "oecp", "protocol profile: oecp (OECP v1), or jsonrpc (plain JSON-RPC 2.0: positional params, batches, any method forwarded to its route)")
+	fs.IntVar(&o.maxBatch, "max-batch", rpc.DefaultMaxBatch, "most requests in one batch (jsonrpc profile); a larger batch gets -32600")
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
@@ -150,6 +155,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.subBufferBytes <= 0 {
 		errs = append(errs, fmt.Errorf("subscription-buffer-bytes %d must be positive", o.subBufferBytes))
+	}
+	if _, err := rpc.ParseProfile(o.profile); err != nil {
+		errs = append(errs, fmt.Errorf("profile %q: want oecp or jsonrpc", o.profile))
+	}
+	if o.maxBatch <= 0 {
+		errs = append(errs, fmt.Errorf("max-batch %d must be positive", o.maxBatch))
 	}
 	if o.upstream.Conns <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-conns %d must be positive", o.upstream.Conns))
@@ -223,7 +234,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		ups.Start()
 		defer ups.Close() // after the gateway has drained: see below
 	}
+	profile, _ := rpc.ParseProfile(o.profile)
 	srv, err := rpc.NewServer(rpc.Config{
+		Profile:                 profile,
+		MaxBatch:                o.maxBatch,
 		Forward:                 forward,
 		MaxConnTasks:            o.maxConn,
 		CancelReply:             cancelReply,
@@ -285,7 +299,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // checkRoutes refuses a subscription method routed to an upstream that can
 // only carry unary calls (http), naming the route (CONTRACT.md section 10).
 func checkRoutes(ups *upstream.Set, reg *rpc.Registry) error {
-	var errs []error
+	var errs []string
 	reg.Methods(func(m *rpc.Method) {
 		if m.Kind != rpc.Subscription || ups.Forwarder(m.Name) == nil {
 			return
@@ -298,9 +312,13 @@ func checkRoutes(ups *upstream.Set, reg *rpc.Registry) error {
 		if r != nil {
 			how = "route " + r.String()
 		}
-		errs = append(errs, fmt.Errorf("%s sends subscription method %s to http upstream %s, which cannot carry subscriptions", how, m.Name, u.Name()))
+		errs = append(errs, fmt.Sprintf("%s sends subscription method %s to http upstream %s, which cannot carry subscriptions", how, m.Name, u.Name()))
 	})
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.Sort(errs)
+	return errors.New(strings.Join(errs, "\n"))
 }
 
 // backends names what serves the methods, for the start-up log line.
