@@ -1,0 +1,77 @@
+package upstream
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/codec"
+)
+
+var benchParams = []byte(`{"a":1}`)
+
+// benchCall is a backend.Call that records nothing: the cost measured is
+// the link's own.
+type benchCall struct{ finished int }
+
+func (c *benchCall) Method() string         { return "edge/echo" }
+func (c *benchCall) Params() []byte         { return benchParams }
+func (c *benchCall) Stream() backend.Stream { return nil }
+func (c *benchCall) Finish([]byte, error)   { c.finished++ }
+func newBenchLink(frame func(dst, msg []byte) []byte) *link {
+	u := New("b", nil, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l := newLink(u, "bench", frame, frame != nil)
+	l.open()
+	return l
+}
+
+// BenchmarkLinkRoundTrip is one forwarded unary call through a link, with
+// no I/O: Forward encodes it into the output buffer and records it, the
+// writer takes the buffer, and the reader applies the upstream's answer and
+// finishes the call. It is the per-call cost of the upstream package on top
+// of the gateway's own dispatch.
+func BenchmarkLinkRoundTrip(b *testing.B) {
+	l := newBenchLink(nil)
+	c := &benchCall{}
+	var spare, answer []byte
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.forward(c)
+		spare = l.take(spare)
+		answer = append(codec.AppendUint(append(answer[:0], `{"jsonrpc":"2.0","id":`...), uint64(i+1)), `,"result":{"a":1}}`...)
+		l.handle(answer)
+	}
+	if c.finished != b.N {
+		b.Fatalf("finished %d of %d", c.finished, b.N)
+	}
+	if l.up.Dropped() != 0 {
+		b.Fatalf("dropped %d", l.up.Dropped())
+	}
+}
+
+// BenchmarkLinkEvent is one upstream event passed on to its subscription.
+func BenchmarkLinkEvent(b *testing.B) {
+	l := newBenchLink(nil)
+	st := &benchStream{}
+	l.mu.Lock()
+	l.pending[1] = call{c: &benchCall{}, stream: st, live: true, upSub: "s9"}
+	l.subs["s9"] = 1
+	l.mu.Unlock()
+	ev := []byte(`{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":"s9","cursor":"12","seq":12,"data":"xxxxxxxxxxxxxxxx"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.handle(ev)
+	}
+	if st.emitted != b.N {
+		b.Fatalf("emitted %d of %d", st.emitted, b.N)
+	}
+}
+
+type benchStream struct{ emitted int }
+
+func (s *benchStream) ID() string                                    { return "s1" }
+func (s *benchStream) Establish([]byte)                              {}
+func (s *benchStream) Emit(cursor, body []byte) bool                 { s.emitted++; return true }
+func (s *benchStream) EmitWait(context.Context, []byte, []byte) bool { return true }
