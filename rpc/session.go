@@ -86,10 +86,11 @@ type Session struct {
 	// subscription. The pointer is loop-owned; see budget for its fields.
 	budget *budget
 
-	lastMethod *Method // loop-owned: the method of the last admitted request
-	lastNB     bool    // loop-owned: lastMethod is non-blocking (Server.nonBlocking)
-	free       []*Task // loop-owned: unary tasks ready for reuse, see newTask
-	freeBytes  int     // loop-owned: buffer bytes the tasks in free keep
+	lastMethod *Method           // loop-owned: the method of the last admitted request
+	lastNB     bool              // loop-owned: lastMethod is non-blocking (Server.nonBlocking)
+	lastFwd    backend.Forwarder // loop-owned: lastMethod's forwarder (Server.forward)
+	free       []*Task           // loop-owned: unary tasks ready for reuse, see newTask
+	freeBytes  int               // loop-owned: buffer bytes the tasks in free keep
 
 	// collect, while set, takes the session's answers instead of the sink:
 	// the batch being handled, or whose request is being answered.
@@ -238,19 +239,21 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 // it at once (edge/stats), or returns the error that refuses it.
 func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 	var m *Method
+	var fwd backend.Forwarder
 	if name := env.MethodName(s.name); name != nil {
 		// Clients tend to call the same method again: one comparison
-		// instead of a map lookup.
+		// instead of map lookups.
 		if m = s.lastMethod; m == nil || m.Name != string(name) {
 			m = s.srv.cfg.Registry.Lookup(name)
 			if m != nil {
-				s.lastMethod, s.lastNB = m, s.srv.nonBlocking[m]
+				s.lastMethod, s.lastNB, s.lastFwd = m, s.srv.nonBlocking[m], s.srv.forward[m]
 			}
 		}
-	}
-	fwd := s.srv.forward[m]
-	if m == nil {
-		m, fwd = s.srv.adhoc(env.MethodName(s.name))
+		if m != nil {
+			fwd = s.lastFwd
+		} else {
+			m, fwd = s.srv.adhoc(name)
+		}
 	}
 	if m == nil || (m.Kind == Subscription && (!tracked || (s.srv.subscriber == nil && fwd == nil))) {
 		return errMethodNotFound
