@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 )
 
 // End-to-end tests of subscriptions (CONTRACT.md sections 5, 6 and 8
@@ -192,13 +194,10 @@ func TestCloseEndsEverySubscription(t *testing.T) {
 				}
 				c.expectEOF()
 			}
-			deadline := time.Now().Add(pollTimeout)
-			for cb.returned.Load() != n || gw.pool.Running() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("Subscribe returned %d of %d, global tasks %d", cb.returned.Load(), n, gw.pool.Running())
-				}
-				time.Sleep(time.Millisecond)
-			}
+			poll.Until(t, pollTimeout, fmt.Sprintf("all %d Subscribe calls to return and free their slots", n), func() (bool, string) {
+				r, g := cb.returned.Load(), gw.pool.Running()
+				return r == n && g == 0, fmt.Sprintf("Subscribe returned %d of %d, global tasks %d", r, n, g)
+			})
 			if e, r := cb.entered.Load(), cb.returned.Load(); e != n || r != n {
 				t.Fatalf("Subscribe entered %d, returned %d; want %d each", e, r, n)
 			}
@@ -285,22 +284,13 @@ func TestShutdownAnswersEstablishingSubscription(t *testing.T) {
 	c := dial(t, gw)
 	tr := newSubTracker(t)
 	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"watch","params":{}}`)
-	deadline := time.Now().Add(pollTimeout)
-	for cb.entered.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("watch did not reach the backend")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, pollTimeout, "watch to reach the backend", func() (bool, string) {
+		return cb.entered.Load() == 1, "Subscribe not entered"
+	})
 
 	done := make(chan error, 1)
 	go func() { done <- gw.srv.Shutdown(context.Background()) }()
-	for !gw.rpc.Draining() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Shutdown did not start draining")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gw.waitDraining()
 	confirm := time.AfterFunc(300*time.Millisecond, func() { close(cb.establish) })
 	defer confirm.Stop()
 	opened = true
@@ -550,17 +540,10 @@ func (tr *subTracker) stats(c *client) stats {
 // inFlight ids (a producer returns asynchronously after its cancel).
 func (tr *subTracker) settle(c *client, tasks, inFlight int) {
 	tr.t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
+	poll.Until(tr.t, pollTimeout, fmt.Sprintf("tasks %d inFlightIds %d", tasks, inFlight), func() (bool, string) {
 		s := tr.stats(c)
-		if s.Tasks == tasks && s.InFlightIDs == inFlight {
-			return
-		}
-		if time.Now().After(deadline) {
-			tr.t.Fatalf("stats %+v, want tasks %d inFlightIds %d", s, tasks, inFlight)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return s.Tasks == tasks && s.InFlightIDs == inFlight, fmt.Sprintf("stats %+v", s)
+	})
 }
 
 // awaitEvents reads until subscription subID has delivered event n.
