@@ -1,32 +1,20 @@
 package backend
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/openengine/edge/internal/poll"
 )
 
 // jobFunc adapts a function to Job; the test owns the slot accounting.
 type jobFunc func()
 
 func (f jobFunc) Run() { f() }
-
-// waitFor polls cond until it holds or the deadline passes (a bounded poll,
-// not a sleep for an effect).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("timed out waiting for %s\n%s", what, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-	}
-}
 
 func TestPoolCap(t *testing.T) {
 	p := NewPool(2, time.Second)
@@ -120,7 +108,10 @@ func TestPoolBurstRunsOnFewWorkers(t *testing.T) {
 			}
 		}))
 	}
-	waitFor(t, "every job", func() bool { return n.Load() == jobs })
+	poll.Until(t, 10*time.Second, "every job to run", func() (bool, string) {
+		got := n.Load()
+		return got == jobs, fmt.Sprintf("%d of %d ran", got, jobs)
+	})
 	if extra := peak.Load() - int64(before); extra > 64 {
 		t.Fatalf("a burst of %d jobs ran on %d extra goroutines", jobs, extra)
 	}
@@ -138,7 +129,10 @@ func TestPoolIdleWorkersExit(t *testing.T) {
 	}
 	close(gate)
 	wg.Wait()
-	waitFor(t, "idle workers to exit", func() bool { return runtime.NumGoroutine() <= before })
+	poll.Until(t, 10*time.Second, "idle workers to exit", func() (bool, string) {
+		g := runtime.NumGoroutine()
+		return g <= before, fmt.Sprintf("%d goroutines, %d before the jobs", g, before)
+	})
 	// The pool still works after its workers left.
 	ran := make(chan struct{})
 	p.Submit(jobFunc(func() { close(ran) }))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
 )
@@ -755,7 +756,7 @@ func TestWebSocketPingPong(t *testing.T) {
 	})
 	c := gw.dial("ws", nil)
 	mustEcho(t, c, 1)
-	poll(t, "five pings", func() (bool, string) {
+	poll.Until(t, waitTimeout, "five pings", func() (bool, string) {
 		n := gw.tap.count([]byte{0x89}) // FIN + ping: never a byte of JSON text
 		select {
 		case <-c.Done():

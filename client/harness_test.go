@@ -21,6 +21,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
@@ -119,27 +120,10 @@ func (gw *gateway) dial(transport string, opts *client.Options) *client.Client {
 // waitGate polls until n requests wait on gate name.
 func (gw *gateway) waitGate(name string, n int) {
 	gw.t.Helper()
-	poll(gw.t, fmt.Sprintf("%d waiting on gate %q", n, name), func() (bool, string) {
+	poll.Until(gw.t, waitTimeout, fmt.Sprintf("%d waiting on gate %q", n, name), func() (bool, string) {
 		got := gw.mem.Waiting(name)
 		return got == n, strconv.Itoa(got) + " waiting"
 	})
-}
-
-// poll calls cond until it reports true, failing the test after
-// waitTimeout with cond's last description.
-func poll(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last: %s", waitTimeout, what, last)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // stats is the result of edge/stats.
@@ -167,7 +151,7 @@ func call(t *testing.T, c *client.Client, method string, params, result any) err
 // worker returned, that worker's answer (if any) has been read by c.
 func waitStats(t *testing.T, c *client.Client, what string, want func(stats) bool) {
 	t.Helper()
-	poll(t, what, func() (bool, string) {
+	poll.Until(t, waitTimeout, what, func() (bool, string) {
 		var s stats
 		if err := call(t, c, "edge/stats", nil, &s); err != nil {
 			t.Fatalf("edge/stats: %v", err)
@@ -307,7 +291,7 @@ func (tp *tap) count(b []byte) int {
 // waitSeen polls until the gateway has sent s to some client.
 func (tp *tap) waitSeen(t *testing.T, s string) {
 	t.Helper()
-	poll(t, "the gateway to send "+s, func() (bool, string) {
+	poll.Until(t, waitTimeout, "the gateway to send "+s, func() (bool, string) {
 		tp.mu.Lock()
 		defer tp.mu.Unlock()
 		return bytes.Contains(tp.down.Bytes(), []byte(s)), fmt.Sprintf("%d bytes sent", tp.down.Len())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/poll"
 )
 
 // subscribe is Subscribe bounded by waitTimeout; it fails the test on error.
@@ -208,7 +209,7 @@ func TestSubscriptionSlowConsumer(t *testing.T) {
 			for i := range 50 {
 				mustEcho(t, c, i)
 			}
-			poll(t, "the subscription to end", func() (bool, string) { return sub.Err() != nil, "still live" })
+			poll.Until(t, waitTimeout, "the subscription to end", func() (bool, string) { return sub.Err() != nil, "still live" })
 			waitStats(t, c, "the subscription cancelled on the gateway", idle)
 			mustEcho(t, c, 50)
 
@@ -248,7 +249,7 @@ func TestSubscriptionSlowConsumerOthersUnaffected(t *testing.T) {
 			if err := fast.Err(); err != nil {
 				t.Fatalf("fast subscription: Err() = %v", err)
 			}
-			poll(t, "the slow subscription to end", func() (bool, string) { return slow.Err() != nil, "still live" })
+			poll.Until(t, waitTimeout, "the slow subscription to end", func() (bool, string) { return slow.Err() != nil, "still live" })
 			waitStats(t, c, "an idle connection", idle)
 		})
 	}

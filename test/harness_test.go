@@ -26,6 +26,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
@@ -91,13 +92,29 @@ func watchdog(t *testing.T) { testgw.Watchdog(t, watchdogTimeout) }
 // backend's own bookkeeping: a worker registers on the gate asynchronously).
 func (gw *gateway) waitGate(name string, n int) {
 	gw.t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for gw.mem.Waiting(name) != n {
-		if time.Now().After(deadline) {
-			gw.t.Fatalf("gate %q: %d waiting, want %d", name, gw.mem.Waiting(name), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(gw.t, pollTimeout, fmt.Sprintf("%d requests waiting on gate %q", n, name), func() (bool, string) {
+		got := gw.mem.Waiting(name)
+		return got == n, fmt.Sprintf("%d waiting", got)
+	})
+}
+
+// waitTasks polls until the gateway's backend holds n global task slots (a
+// worker releases its slot just after it posts its completion).
+func (gw *gateway) waitTasks(n int) {
+	gw.t.Helper()
+	poll.Until(gw.t, pollTimeout, fmt.Sprintf("%d global backend tasks", n), func() (bool, string) {
+		got := gw.pool.Running()
+		return got == n, fmt.Sprintf("%d running", got)
+	})
+}
+
+// waitDraining polls until a Shutdown started on another goroutine has begun
+// to drain (new requests are answered SERVER_SHUTTING_DOWN from then on).
+func (gw *gateway) waitDraining() {
+	gw.t.Helper()
+	poll.Until(gw.t, pollTimeout, "Shutdown to start draining", func() (bool, string) {
+		return gw.rpc.Draining(), "not draining"
+	})
 }
 
 // openGate releases gate name directly in the backend (for when no
@@ -441,19 +458,13 @@ func (c *client) stats() (stats, []string) {
 // they show a worker returned, its answer (if any) has been received.
 func (c *client) settle(tasks, inFlight int) []string {
 	c.t.Helper()
-	deadline := time.Now().Add(pollTimeout)
 	var all []string
-	for {
+	poll.Until(c.t, pollTimeout, fmt.Sprintf("tasks %d inFlightIds %d", tasks, inFlight), func() (bool, string) {
 		s, others := c.stats()
 		all = append(all, others...)
-		if s.Tasks == tasks && s.InFlightIDs == inFlight {
-			return all
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("stats %+v, want tasks %d inFlightIds %d (other messages: %q)", s, tasks, inFlight, all)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return s.Tasks == tasks && s.InFlightIDs == inFlight, fmt.Sprintf("stats %+v (other messages: %q)", s, all)
+	})
+	return all
 }
 
 // expectSettled is settle that requires no other message.

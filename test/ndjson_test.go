@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
@@ -233,20 +234,13 @@ func (c *ndClient) statsNow() (stats, []string) {
 // that nothing else arrived meanwhile.
 func (c *ndClient) expectSettled() {
 	c.t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
+	poll.Until(c.t, pollTimeout, "nothing held", func() (bool, string) {
 		s, others := c.statsNow()
 		if len(others) > 0 {
 			c.t.Fatalf("unexpected messages: %q", others)
 		}
-		if s.Tasks == 0 && s.InFlightIDs == 0 && s.Subscriptions == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("stats %+v, want nothing held", s)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return s.Tasks == 0 && s.InFlightIDs == 0 && s.Subscriptions == 0, fmt.Sprintf("stats %+v", s)
+	})
 }
 
 // echoReq is an edge/echo request with a JSON id and a padding string, and

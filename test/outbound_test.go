@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"runtime"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/openengine/edge/internal/poll"
 )
 
 // End-to-end tests of outbound backpressure (CONTRACT.md sections 5 and 6):
@@ -170,9 +173,8 @@ func TestPipelinedRequestsPausedThenRecover(t *testing.T) {
 
 	// Bounded poll until the count of requests that reached the backend has
 	// not moved for quiet (200 ms) while the other client is served.
-	deadline := time.Now().Add(10 * time.Second)
 	last, since := int64(-1), time.Now()
-	for {
+	poll.Until(t, 10*time.Second, "the requests reaching the backend to stop growing", func() (bool, string) {
 		other.echo()
 		got := cb.echoes.Load() - int64(other.seq)
 		if got >= int64(n) {
@@ -180,14 +182,9 @@ func TestPipelinedRequestsPausedThenRecover(t *testing.T) {
 		}
 		if got != last {
 			last, since = got, time.Now()
-		} else if time.Since(since) >= quiet {
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("requests reaching the backend still growing after 10s (%d of %d)", got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return time.Since(since) >= quiet, fmt.Sprintf("%d of %d, still growing", got, n)
+	})
 	t.Logf("paused after %d of %d requests of %d KiB", last, n, size>>10)
 
 	c.expectTexts(want...)
@@ -239,13 +236,10 @@ func TestPipelinedRequestsOverHardCapClosed(t *testing.T) {
 	if _, err := c.conn.Write(reqs); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	deadline := time.Now().Add(pollTimeout)
-	for cb.held.Load() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d requests reached the backend", cb.held.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, pollTimeout, fmt.Sprintf("all %d requests held in the backend", n), func() (bool, string) {
+		got := cb.held.Load()
+		return got == n, fmt.Sprintf("%d held", got)
+	})
 	release()
 
 	// The other client is served while the answers pile up.
@@ -277,13 +271,7 @@ func TestPipelinedRequestsOverHardCapClosed(t *testing.T) {
 	t.Logf("%d of %d answers arrived before the connection ended", got, n)
 	other.echo()
 	other.expectSettled(0, 0)
-	deadline = time.Now().Add(pollTimeout)
-	for gw.pool.Running() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d global tasks still held", gw.pool.Running())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gw.waitTasks(0)
 }
 
 // pipelinedEchoes returns n edge/echo request frames with params of about

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/rpc"
@@ -614,13 +613,7 @@ func TestCloseFreesGlobalSlots(t *testing.T) {
 	b.expectText(serverBusy("1"))
 	a.conn.Close()
 	gw.waitGate("global", 0)
-	deadline := time.Now().Add(pollTimeout)
-	for gw.pool.Running() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backend tasks still running after their connection closed", gw.pool.Running())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gw.waitTasks(0)
 	b.echo()
 }
 

@@ -31,13 +31,7 @@ func TestGracefulShutdown(t *testing.T) {
 	gw.waitGate("drain", 1)
 
 	done := gw.shutdown()
-	deadline := time.Now().Add(pollTimeout)
-	for !gw.rpc.Draining() {
-		if time.Now().After(deadline) {
-			t.Fatal("Shutdown did not start draining")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gw.waitDraining()
 
 	// The gate holds the drain open: a new request is answered
 	// SERVER_SHUTTING_DOWN, the sleep finishes and answers.

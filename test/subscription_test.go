@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 )
 
 // End-to-end tests of subscriptions (CONTRACT.md sections 5, 6 and 8
@@ -80,13 +82,16 @@ func TestSubscriptionsShareConnection(t *testing.T) {
 
 // TestTicksPacedByConsumer: edge/ticks with intervalMs 0 is paced by the
 // consumer: with an 8-event subscription buffer and a 64 KiB soft cap, a
-// client that stops reading for a while (the kernel buffers fill, then the
-// soft cap, then the buffer) still gets all 10,000 events of 1 KiB in order,
-// then subscription/closed "done" with lastDeliveredCursor "10000" — never
+// client that stops reading (the kernel buffers fill, then the soft cap, then
+// the buffer) stops the producer short of its 10,000 events of 1 KiB, and
+// once the client reads it still gets all of them in order, then
+// subscription/closed "done" with lastDeliveredCursor "10000" — never
 // SLOW_CONSUMER. Catches a producer that does not wait for room (Emit instead
-// of EmitWait) and a buffer that drops or reorders events under backpressure.
+// of EmitWait), a gateway that takes every event while nobody reads, and a
+// buffer that drops or reorders events under backpressure.
 func TestTicksPacedByConsumer(t *testing.T) {
-	gw := startGateway(t, func(c *gwConfig) {
+	cb := &countingBackend{}
+	gw := startGateway(t, withCounting(cb), func(c *gwConfig) {
 		c.rpc.SubscriptionBuffer = 8
 		c.loop.OutboundSoftBytes = 64 << 10
 		c.loop.OutboundHardBytes = 1 << 20
@@ -95,11 +100,10 @@ func TestTicksPacedByConsumer(t *testing.T) {
 	const count, size = 10000, 1024
 	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"edge/ticks","params":{"count":` + strconv.Itoa(count) + `,"intervalMs":0,"size":` + strconv.Itoa(size) + `}}`)
 	c.expectText(`{"jsonrpc":"2.0","id":1,"result":{"subscriptionId":"s1"}}`)
-	// The consumer stops reading: 10 MB of events exceed what the socket
-	// buffers (at most a few MB here), the soft cap and the 8-event buffer
-	// together, so the producer has to wait. The assertions below hold
-	// whatever the pause's length.
-	time.Sleep(300 * time.Millisecond)
+	// The consumer does not read until the producer has stopped: 10 MB of
+	// events exceed what the socket buffers (at most a few MB here), the soft
+	// cap and the 8-event buffer together, so it has to wait for room.
+	waitStopped(t, &cb.events, count)
 	data := strings.Repeat("x", size)
 	for n := 1; n <= count; n++ {
 		if got, want := c.readText(), tickEvent("s1", n, data); got != want {
@@ -108,6 +112,26 @@ func TestTicksPacedByConsumer(t *testing.T) {
 	}
 	c.expectText(`{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":"s1","reason":"done","lastDeliveredCursor":"10000"}}`)
 	c.expectSettled(0, 0)
+}
+
+// waitStopped polls until the events a producer handed over (n) stop growing
+// for quiet while nobody reads, and fails the test if it hands over all count
+// events: then nothing made it wait. A producer parked for room has no other
+// sign than that it stopped.
+func waitStopped(t *testing.T, n *atomic.Int64, count int) {
+	t.Helper()
+	last, since := int64(-1), time.Now()
+	poll.Until(t, pollTimeout, "the paced producer to stop while nobody reads", func() (bool, string) {
+		got := n.Load()
+		if got == int64(count) {
+			t.Fatalf("the gateway took all %d events while the client read nothing", count)
+		}
+		if got != last {
+			last, since = got, time.Now()
+		}
+		return time.Since(since) >= quiet, fmt.Sprintf("%d of %d events taken, still growing", got, count)
+	})
+	t.Logf("the producer stopped after %d of %d events", last, count)
 }
 
 // TestSubscriptionTailNotStrandedByTurnCap is the regression test of a
@@ -192,13 +216,10 @@ func TestCloseEndsEverySubscription(t *testing.T) {
 				}
 				c.expectEOF()
 			}
-			deadline := time.Now().Add(pollTimeout)
-			for cb.returned.Load() != n || gw.pool.Running() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("Subscribe returned %d of %d, global tasks %d", cb.returned.Load(), n, gw.pool.Running())
-				}
-				time.Sleep(time.Millisecond)
-			}
+			poll.Until(t, pollTimeout, fmt.Sprintf("all %d Subscribe calls to return and free their slots", n), func() (bool, string) {
+				r, g := cb.returned.Load(), gw.pool.Running()
+				return r == n && g == 0, fmt.Sprintf("Subscribe returned %d of %d, global tasks %d", r, n, g)
+			})
 			if e, r := cb.entered.Load(), cb.returned.Load(); e != n || r != n {
 				t.Fatalf("Subscribe entered %d, returned %d; want %d each", e, r, n)
 			}
@@ -285,22 +306,13 @@ func TestShutdownAnswersEstablishingSubscription(t *testing.T) {
 	c := dial(t, gw)
 	tr := newSubTracker(t)
 	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"watch","params":{}}`)
-	deadline := time.Now().Add(pollTimeout)
-	for cb.entered.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("watch did not reach the backend")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, pollTimeout, "watch to reach the backend", func() (bool, string) {
+		return cb.entered.Load() == 1, "Subscribe not entered"
+	})
 
 	done := make(chan error, 1)
 	go func() { done <- gw.srv.Shutdown(context.Background()) }()
-	for !gw.rpc.Draining() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Shutdown did not start draining")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gw.waitDraining()
 	confirm := time.AfterFunc(300*time.Millisecond, func() { close(cb.establish) })
 	defer confirm.Stop()
 	opened = true
@@ -338,11 +350,12 @@ func TestShutdownAnswersEstablishingSubscription(t *testing.T) {
 }
 
 // countingBackend wraps the memory backend: it counts Subscribe calls
-// entered and returned and edge/echo calls, and can hold edge/echo calls
-// until released. Safe for concurrent use.
+// entered and returned, the events their producers handed over and edge/echo
+// calls, and can hold edge/echo calls until released. Safe for concurrent use.
 type countingBackend struct {
 	*backend.Memory
 	entered, returned atomic.Int64  // Subscribe calls
+	events            atomic.Int64  // events the gateway took (Emit or EmitWait returned true)
 	echoes            atomic.Int64  // edge/echo calls entered
 	held              atomic.Int64  // edge/echo calls waiting on hold
 	hold              chan struct{} // when set, edge/echo waits until it is closed (or ctx ends)
@@ -377,7 +390,29 @@ func (b *countingBackend) Subscribe(ctx context.Context, method string, params [
 			return ctx.Err()
 		}
 	}
-	return b.Memory.Subscribe(ctx, method, params, s)
+	return b.Memory.Subscribe(ctx, method, params, countingStream{s, &b.events})
+}
+
+// countingStream counts the events the gateway took from a producer.
+type countingStream struct {
+	backend.Stream
+	events *atomic.Int64
+}
+
+func (s countingStream) Emit(cursor, body []byte) bool {
+	ok := s.Stream.Emit(cursor, body)
+	if ok {
+		s.events.Add(1)
+	}
+	return ok
+}
+
+func (s countingStream) EmitWait(ctx context.Context, cursor, body []byte) bool {
+	ok := s.Stream.EmitWait(ctx, cursor, body)
+	if ok {
+		s.events.Add(1)
+	}
+	return ok
 }
 
 // withCounting puts b in front of the gateway's memory backend.
@@ -550,17 +585,10 @@ func (tr *subTracker) stats(c *client) stats {
 // inFlight ids (a producer returns asynchronously after its cancel).
 func (tr *subTracker) settle(c *client, tasks, inFlight int) {
 	tr.t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
+	poll.Until(tr.t, pollTimeout, fmt.Sprintf("tasks %d inFlightIds %d", tasks, inFlight), func() (bool, string) {
 		s := tr.stats(c)
-		if s.Tasks == tasks && s.InFlightIDs == inFlight {
-			return
-		}
-		if time.Now().After(deadline) {
-			tr.t.Fatalf("stats %+v, want tasks %d inFlightIds %d", s, tasks, inFlight)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return s.Tasks == tasks && s.InFlightIDs == inFlight, fmt.Sprintf("stats %+v", s)
+	})
 }
 
 // awaitEvents reads until subscription subID has delivered event n.

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/openengine/edge/internal/poll"
 )
 
 // peer is one client connection of either binding, as a transport-neutral
@@ -181,19 +183,15 @@ func peerStats(t *testing.T, p peer, id string) (stats, []string) {
 // no subscription, and returns every other message received meanwhile.
 func peerSettle(t *testing.T, p peer) []string {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
 	var all []string
-	for i := 0; ; i++ {
+	i := 0
+	poll.Until(t, pollTimeout, "nothing held", func() (bool, string) {
+		i++
 		s, others := peerStats(t, p, "settle-"+strconv.Itoa(i))
 		all = append(all, others...)
-		if s.Tasks == 0 && s.InFlightIDs == 0 && s.Subscriptions == 0 {
-			return all
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v, want nothing held (other messages %q)", s, all)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return s.Tasks == 0 && s.InFlightIDs == 0 && s.Subscriptions == 0, fmt.Sprintf("stats %+v (other messages %q)", s, all)
+	})
+	return all
 }
 
 // runTranscript runs the cross-transport script on p and returns what each

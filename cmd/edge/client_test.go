@@ -19,6 +19,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 )
@@ -235,13 +236,10 @@ func TestRunSubscribeInterrupted(t *testing.T) {
 			case <-time.After(cliWait):
 				t.Fatalf("subscribe still running %s after cancel", cliWait)
 			}
-			deadline := time.Now().Add(cliWait)
-			for gw.pool.Running() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d backend tasks still running", gw.pool.Running())
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			poll.Until(t, cliWait, "the subscription's backend task to end", func() (bool, string) {
+				n := gw.pool.Running()
+				return n == 0, fmt.Sprintf("%d backend tasks running", n)
+			})
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 )
 
@@ -77,30 +78,28 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 		t.Fatalf("prlimit: %v", err)
 	}
 
-	// poll waits until cond holds, failing if edge exits or exitTimeout passes.
-	poll := func(what string, cond func() bool) {
+	// waitFor polls until cond holds, failing at once if edge exits, or once
+	// exitTimeout passes.
+	waitFor := func(what string, cond func() (bool, string)) {
 		t.Helper()
-		deadline := time.Now().Add(exitTimeout)
-		for !cond() {
+		poll.Until(t, exitTimeout, what, func() (bool, string) {
 			select {
 			case err := <-exited:
 				exited <- err
 				t.Fatalf("edge exited (%v) while waiting for %s", err, what)
-			case <-time.After(10 * time.Millisecond):
+			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %s", what, exitTimeout)
-			}
-		}
+			return cond()
+		})
 	}
 	listening := regexp.MustCompile(`msg=listening addr=(\S+)`)
 	var addr string
-	poll("listening log line", func() bool {
+	waitFor("the listening log line", func() (bool, string) {
 		m := listening.FindStringSubmatch(stderr.String())
 		if m != nil {
 			addr = m[1]
 		}
-		return m != nil
+		return m != nil, "not logged"
 	})
 	url := "ws://" + addr + "/"
 
@@ -127,8 +126,9 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 		}
 		extra = append(extra, c)
 	}
-	poll(fmt.Sprintf("edge at its limit of %d descriptors", fdLimit), func() bool {
-		return openFDs(t, pid) >= fdLimit-1
+	waitFor(fmt.Sprintf("edge at its limit of %d descriptors", fdLimit), func() (bool, string) {
+		n := openFDs(t, pid)
+		return n >= fdLimit-1, fmt.Sprintf("%d open", n)
 	})
 
 	// At the limit, with connections waiting in the backlog.
@@ -158,20 +158,20 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 	}
 	extra = extra[:0]
 	var fresh *client.Client
-	poll("a new client accepted and answered", func() bool {
+	waitFor("a new client accepted and answered", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		c, err := client.Dial(ctx, url, nil)
 		if err != nil {
-			return false
+			return false, "dial: " + err.Error()
 		}
 		var out map[string]string
 		if err := c.Call(ctx, "edge/echo", map[string]string{"v": "fresh"}, &out); err != nil || out["v"] != "fresh" {
 			c.Close()
-			return false
+			return false, fmt.Sprintf("echo: %v %v", out, err)
 		}
 		fresh = c
-		return true
+		return true, ""
 	})
 	fresh.Close()
 	fdEcho(t, ws, "after")

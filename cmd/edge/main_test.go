@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 )
 
@@ -424,18 +425,14 @@ func TestStdioSession(t *testing.T) {
 	s.send(`{"jsonrpc":"2.0","method":"subscription/cancel","params":{"subscriptionId":"s2"}}`)
 	// Poll edge/stats until the watch worker has returned; nothing else may
 	// arrive meanwhile (no subscription/closed after a client cancel).
-	deadline := time.Now().Add(readTimeout)
-	for {
+	poll.Until(t, readTimeout, "the watch to end", func() (bool, string) {
 		s.send(`{"jsonrpc":"2.0","id":"st","method":"edge/stats","params":{}}`)
 		got := s.recv()
-		if got == `{"jsonrpc":"2.0","id":"st","result":{"inFlightIds":0,"tasks":0,"subscriptions":0,"outboundBytes":0}}` {
-			break
-		}
-		if !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":"st","result":`) || time.Now().After(deadline) {
+		if !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":"st","result":`) {
 			t.Fatalf("waiting for the watch to end: got %s", got)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return got == `{"jsonrpc":"2.0","id":"st","result":{"inFlightIds":0,"tasks":0,"subscriptions":0,"outboundBytes":0}}`, got
+	})
 
 	// One write, so both lines are handled in one turn: the inline -32600
 	// comes first whatever the scheduling.
@@ -560,17 +557,14 @@ func TestStdioReadsAfterSignal(t *testing.T) {
 			slept = true
 		}
 	}
-	deadline := time.Now().Add(readTimeout)
-	for {
+	poll.Until(t, readTimeout, "the signal to be handled", func() (bool, string) {
 		post(stats)
 		line := next()
-		if line == shutSt {
-			break
-		}
-		if !strings.HasPrefix(line, `{"jsonrpc":"2.0","id":"st","result":`) || time.Now().After(deadline) {
+		if line != shutSt && !strings.HasPrefix(line, `{"jsonrpc":"2.0","id":"st","result":`) {
 			t.Fatalf("waiting for the signal to be handled: got %s", line)
 		}
-	}
+		return line == shutSt, line
+	})
 	post(lateReq)
 	if line := next(); line != lateRes {
 		t.Fatalf("got %s, want %s", line, lateRes)
