@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -8,8 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/upstream"
 )
@@ -39,13 +40,10 @@ func startUpstreamEdge(t *testing.T) *upstreamEdge {
 // waitGate polls until n requests wait on the upstream's gate name.
 func (u *upstreamEdge) waitGate(t *testing.T, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for u.gw.Mem.Waiting(name) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("upstream gate %q: %d waiting, want %d", name, u.gw.Mem.Waiting(name), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, pollTimeout, fmt.Sprintf("%d requests on upstream gate %q", n, name), func() (bool, string) {
+		w := u.gw.Mem.Waiting(name)
+		return w == n, fmt.Sprintf("%d waiting", w)
+	})
 }
 
 // proxy is a gateway forwarding to upstreams.
@@ -106,18 +104,11 @@ func startProxyWith(t *testing.T, cfg upstream.Config, specs, routes []string, o
 // waitConnected polls until every connection of every upstream of set is up.
 func waitConnected(t *testing.T, set *upstream.Set) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
 	for _, u := range set.Upstreams() {
-		for {
+		poll.Until(t, pollTimeout, "upstream "+u.Name()+" connected", func() (bool, string) {
 			up, total := u.Connected()
-			if up == total {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("upstream %s: %d of %d connections up", u.Name(), up, total)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return up == total, fmt.Sprintf("%d of %d connections up", up, total)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/upstream"
 )
@@ -155,13 +157,10 @@ func TestJSONRPCProfileThroughHTTP(t *testing.T) {
 	c.expectText(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}`)
 	c.sendText(`[1,2,3,4]`)
 	c.expectText(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"code":"BATCH_TOO_LARGE"}}}`)
-	deadline := time.Now().Add(pollTimeout)
-	for svc.notified.Load() != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("service got %d notifications, want 3", svc.notified.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, pollTimeout, "3 notifications at the service", func() (bool, string) {
+		n := svc.notified.Load()
+		return n == 3, fmt.Sprintf("%d", n)
+	})
 
 	// A cancelled call aborts its HTTP request and gets nothing.
 	c.sendText(`{"jsonrpc":"2.0","id":"blk","method":"block","params":[]}`)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/openengine/edge/internal/poll"
 )
 
 // logBuffer collects log output for assertions. Safe for concurrent use.
@@ -48,14 +50,11 @@ func TestExecShutdownSteps(t *testing.T) {
 			}
 			u := New("child", []Replica{r}, Config{KillTimeout: kill, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			u.Start()
-			deadline := time.Now().Add(5 * time.Second)
-			for !strings.Contains(logs.String(), "line=hello") {
-				if time.Now().After(deadline) {
-					u.Close()
-					t.Fatalf("no stderr line logged:\n%s", logs)
-				}
-				time.Sleep(time.Millisecond)
-			}
+			t.Cleanup(u.Close)
+			poll.Until(t, 5*time.Second, "the child's stderr line in the log", func() (bool, string) {
+				out := logs.String()
+				return strings.Contains(out, "line=hello"), out
+			})
 			start := time.Now()
 			u.Close()
 			took := time.Since(start)
