@@ -162,3 +162,45 @@ func (h *subHarness) twoLive() (a, b *subProducer) {
 	h.expect(resultReply(`"a"`, subResult("s1")), resultReply(`"b"`, subResult("s2")))
 	return a, b
 }
+
+// TestTransportClosingDuringDeliveryDoesNotDeadlock: a transport may end the
+// session from inside Send (loop's conn closes at its hard cap, which runs
+// Session.Close). Delivering buffered events used to hold the stream's lock
+// across Send, and Close takes that lock to drop the stream's events: the
+// loop deadlocked on itself (found with --outbound-soft-bytes equal to
+// --outbound-hard-bytes). Now the lock is not held across Send: the delivery
+// stops at the close and the session is closed.
+func TestTransportClosingDuringDeliveryDoesNotDeadlock(t *testing.T) {
+	h := newSubHarness(t, subOpts{limit: 1 << 20})
+	a, _ := h.twoLive()
+	h.sink.writable = false
+	for n := 1; n <= 4; n++ {
+		a.tick(n)
+	}
+	h.apply()
+	sent := 0
+	h.sink.onSend = func() {
+		if sent++; sent == 2 {
+			h.sink.writable = false
+			h.sess.Close()
+		}
+	}
+	h.sink.writable = true
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.sess.Resume()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Resume did not return: the loop deadlocked on the stream's lock")
+	}
+	if sent != 2 {
+		t.Fatalf("%d events handed to the transport, want delivery to stop at its close (2)", sent)
+	}
+	if !h.sess.closed {
+		t.Fatal("session not closed")
+	}
+	a.exitOnCancel()
+}

@@ -316,17 +316,24 @@ func (s *Session) drainEvents(sub *subscription) {
 		st.bytes -= len(e.body)
 		st.budget.give(len(e.body))
 		s.buf = appendEvent(s.buf[:0], sub.idTok, e.body)
-		s.sink.Send(s.buf)
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
 		if cap(e.body) > maxSlotKeep {
 			e.body = nil // the budget counts buffered events, not spare capacity
 		}
 		st.head = (st.head + 1) % len(st.ring)
 		st.n--
+		// Not under the lock: the transport may end the session from
+		// inside Send (its hard cap), and Close takes the lock.
+		st.mu.Unlock()
+		s.sink.Send(s.buf)
 		delivered++
+		st.mu.Lock()
 	}
 	remaining := st.n
 	st.mu.Unlock()
+	if s.closed {
+		return
+	}
 	if delivered > 0 {
 		st.budget.observe(s.sink.OutboundBytes())
 		st.signalRoom()

@@ -75,9 +75,17 @@ type subSink struct {
 	writable bool
 	limit    int // OutboundLimit
 	pending  int // OutboundBytes
+	// onSend, when set, runs after each Send, as a transport acts on what
+	// it was handed (closing at its hard cap, say).
+	onSend func()
 }
 
-func (s *subSink) Send(msg []byte)    { s.msgs = append(s.msgs, string(msg)) }
+func (s *subSink) Send(msg []byte) {
+	s.msgs = append(s.msgs, string(msg))
+	if s.onSend != nil {
+		s.onSend()
+	}
+}
 func (s *subSink) OutboundBytes() int { return s.pending }
 func (s *subSink) OutboundLimit() int { return s.limit }
 func (s *subSink) Writable() bool     { return s.writable }
