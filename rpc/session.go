@@ -334,8 +334,10 @@ func (s *Session) Close() {
 		t.cancelled = true
 		t.ctx.cancel()
 		if t.sub != nil {
-			t.sub.state = subEnded
-			t.sub.st.close()
+			if t.sub.state != subEnded {
+				t.sub.to(subEnded)
+				t.sub.st.close()
+			}
 			s.answered(t.sub)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 //	establishing -> ended    establishment failed, subscription/cancel, or the connection closed
 //	live         -> ended    done (producer returned, every event delivered), SLOW_CONSUMER,
 //	                         subscription/cancel, shutdown, or the connection closed
+//
+// ended is final. Every change goes through subscription.to, which checks it.
 type subState uint8
 
 const (
@@ -21,6 +23,40 @@ const (
 	subLive
 	subEnded
 )
+
+func (st subState) String() string {
+	switch st {
+	case subEstablishing:
+		return "establishing"
+	case subLive:
+		return "live"
+	case subEnded:
+		return "ended"
+	}
+	return "subState(" + strconv.Itoa(int(st)) + ")"
+}
+
+// canGo reports whether the table above allows from -> to.
+func (from subState) canGo(to subState) bool {
+	switch from {
+	case subEstablishing:
+		return to == subLive || to == subEnded
+	case subLive:
+		return to == subEnded
+	}
+	return false
+}
+
+// to moves sub to state next. A transition the table of subState does not
+// allow is a bug in the session, which can no longer tell what it owes the
+// client: it panics, as x/tools' jsonrpc2 does when its in-flight state
+// breaks an invariant. Must be called on the loop.
+func (sub *subscription) to(next subState) {
+	if !sub.state.canGo(next) {
+		panic("rpc: subscription " + sub.id + ": illegal transition " + sub.state.String() + " -> " + next.String())
+	}
+	sub.state = next
+}
 
 // Close reasons of subscription/closed (CONTRACT.md section 5).
 type closeReason uint8
@@ -49,7 +85,7 @@ type subscription struct {
 	task  *Task  // immutable: runs the producer and holds the slot
 	st    stream
 
-	state        subState    // loop-owned
+	state        subState    // loop-owned: changed only by to
 	answered     bool        // loop-owned: the establishing request got its response
 	producerDone bool        // loop-owned: the producer returned (its task completed)
 	blocked      bool        // loop-owned: in Session.blocked, waiting for the socket
@@ -276,7 +312,7 @@ func (s *Session) established(sub *subscription, result []byte) {
 	}
 	s.releaseID(t)
 	if sub.state == subEstablishing {
-		sub.state = subLive
+		sub.to(subLive)
 	}
 	s.buf = codec.AppendResult(s.buf[:0], t.id, result)
 	s.send(s.buf)
@@ -374,7 +410,7 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 		return
 	}
 	establishing := sub.state == subEstablishing
-	sub.state = subEnded
+	sub.to(subEnded)
 	sub.st.close()
 	sub.task.ctx.cancel()
 	delete(s.subs, sub.id)
@@ -420,9 +456,11 @@ func (s *Session) completeSubscription(t *Task) {
 				s.sendError(t.id, errCancelled)
 			}
 		}
-		sub.state = subEnded
-		sub.st.close()
-		delete(s.subs, sub.id)
+		if sub.state != subEnded {
+			sub.to(subEnded)
+			sub.st.close()
+			delete(s.subs, sub.id)
+		}
 		s.active.remove(t)
 		return
 	}
