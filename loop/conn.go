@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -22,7 +23,7 @@ import (
 //	                      CloseTimeout passed)
 //	any       -> closed   OnClose: the peer or the kernel ended the TCP connection
 //
-// Every change goes through conn.setState.
+// closed is final. Every change goes through conn.setState, which checks it.
 type connState uint8
 
 const (
@@ -31,6 +32,33 @@ const (
 	stateClosing
 	stateClosed
 )
+
+func (s connState) String() string {
+	switch s {
+	case stateHandshake:
+		return "handshake"
+	case stateOpen:
+		return "open"
+	case stateClosing:
+		return "closing"
+	case stateClosed:
+		return "closed"
+	}
+	return "connState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// canGo reports whether the table above allows from -> to.
+func (from connState) canGo(to connState) bool {
+	switch to {
+	case stateOpen:
+		return from == stateHandshake
+	case stateClosing:
+		return from == stateHandshake || from == stateOpen
+	case stateClosed:
+		return from != stateClosed
+	}
+	return false
+}
 
 // trimAfter is how long a connection must have been quiet before the sweep
 // asks its session to release the memory it keeps for the next burst
@@ -51,8 +79,8 @@ type conn struct {
 	c     gnet.Conn  // immutable
 	l     *eventLoop // immutable
 	proto proto      // immutable
-	state connState
-	index int // position in l.conns, -1 when not registered
+	state connState  // changed only by setState
+	index int        // position in l.conns, -1 when not registered
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
@@ -82,7 +110,15 @@ type conn struct {
 	subsEnded bool // after eof: the session's subscriptions were ended
 }
 
-func (w *conn) setState(s connState) { w.state = s }
+// setState moves w to state s. A transition the table of connState does not
+// allow is a bug in the loop (output sent after the close frame, a session
+// used after it closed): it panics rather than go on. Runs on the loop.
+func (w *conn) setState(s connState) {
+	if !w.state.canGo(s) {
+		panic("loop: connection: illegal transition " + w.state.String() + " -> " + s.String())
+	}
+	w.state = s
+}
 
 func (w *conn) cfg() *Config { return &w.l.srv.cfg }
 
