@@ -318,7 +318,7 @@ func (s *Session) established(sub *subscription, result []byte) {
 	s.send(s.buf)
 	if sub.endReason != reasonNone {
 		// Ended while establishing (shutdown): the close follows the response.
-		s.buf = appendClosed(s.buf[:0], sub.idTok, sub.endReason, nil)
+		s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, sub.endReason.String(), nil)
 		s.sink.Send(s.buf)
 	}
 }
@@ -348,7 +348,7 @@ func (s *Session) drainEvents(sub *subscription) {
 		// back first, so that the budget never counts them twice.
 		st.bytes -= len(e.body)
 		st.budget.give(len(e.body))
-		s.buf = appendEvent(s.buf[:0], sub.idTok, e.body)
+		s.buf = codec.AppendEvent(s.buf[:0], sub.idTok, e.body)
 		s.sink.Send(s.buf)
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
 		if cap(e.body) > maxSlotKeep {
@@ -418,7 +418,7 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 		// The notification may not precede the response: it is owed until then.
 		sub.endReason = reason
 	} else if reason != reasonNone && !s.closed {
-		s.buf = appendClosed(s.buf[:0], sub.idTok, reason, sub.lastCursor)
+		s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, reason.String(), sub.lastCursor)
 		s.sink.Send(s.buf)
 	}
 	if sub.producerDone {
@@ -522,31 +522,6 @@ func (s *Session) GoAway() {
 		}
 	}
 	s.EndSubscriptions()
-}
-
-// appendEvent encodes {"jsonrpc":"2.0","method":"event","params":{"subscriptionId":<id>[,<body>]}}.
-func appendEvent(dst, idTok, body []byte) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":`...)
-	dst = append(dst, idTok...)
-	if len(body) > 0 {
-		dst = append(dst, ',')
-		dst = append(dst, body...)
-	}
-	return append(dst, "}}"...)
-}
-
-// appendClosed encodes the subscription/closed notification.
-func appendClosed(dst, idTok []byte, reason closeReason, cursor []byte) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":`...)
-	dst = append(dst, idTok...)
-	dst = append(dst, `,"reason":"`...)
-	dst = append(dst, reason.String()...)
-	dst = append(dst, '"')
-	if len(cursor) > 0 {
-		dst = append(dst, `,"lastDeliveredCursor":`...)
-		dst = append(dst, cursor...)
-	}
-	return append(dst, "}}"...)
 }
 
 // answered records that sub's establishing request got (or will never get)
