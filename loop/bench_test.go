@@ -34,7 +34,7 @@ func BenchmarkTurnBatched(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := &eventLoop{srv: &Server{rpc: srv}}
+	l := &eventLoop{srv: &Server{rpc: srv}, turn: srv.NewTurn()}
 	// There is no gnet loop to wake: completions wait in the queue, as
 	// they do while a turn is about to drain it itself.
 	l.inTurn = true

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/codec"
 )
 
@@ -50,17 +49,6 @@ type Poster interface {
 	Post(c Completion)
 }
 
-// Submitter is implemented by a Poster that gathers the calls a session
-// dispatches during a loop turn and hands them to the pool together at the
-// end of the turn (backend.Pool.SubmitAll): one hand-off per turn instead of
-// one per request. Calls to non-blocking methods (Task.NonBlocking) it may
-// gather into a Batch, one job for the lot. It must submit every job before
-// the loop blocks, since the job holds a global slot. Without it a session
-// submits each call itself.
-type Submitter interface {
-	Submit(j backend.Job)
-}
-
 // Session is the protocol state of one connection: the in-flight id table, the
 // task slots, generations, and cancellation (CONTRACT.md sections 2-4).
 //
@@ -71,7 +59,7 @@ type Session struct {
 	transport Transport // immutable after NewSession
 	sink      Sink      // immutable after NewSession
 	post      Poster    // immutable after NewSession
-	submit    Submitter // immutable after NewSession: post as a Submitter, or nil
+	turn      *Turn     // immutable after NewSession: the loop's (TurnPoster), or nil
 
 	inflight idTable  // loop-owned: tracked requests holding their id
 	active   taskList // loop-owned: dispatched tasks holding a slot, until their worker returns
@@ -99,8 +87,11 @@ type Session struct {
 // NewSession returns the session of a new connection. Must be called on the
 // connection's event loop.
 func (srv *Server) NewSession(t Transport, sink Sink, post Poster) *Session {
-	sub, _ := post.(Submitter)
-	return &Session{srv: srv, transport: t, sink: sink, post: post, submit: sub}
+	s := &Session{srv: srv, transport: t, sink: sink, post: post}
+	if tp, ok := post.(TurnPoster); ok {
+		s.turn = tp.Turn()
+	}
+	return s
 }
 
 // Stats is a snapshot of a session's bookkeeping.
@@ -268,8 +259,8 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey) {
 		s.newSubscription(t)
 	}
 	s.active.push(t)
-	if s.submit != nil {
-		s.submit.Submit(t)
+	if s.turn != nil {
+		s.turn.add(t)
 		return
 	}
 	s.srv.cfg.Pool.Submit(t)

@@ -35,14 +35,9 @@ type Task struct {
 	prev, next *Task // loop-owned: Session.active links
 
 	// nonBlocking is set when the method is non-blocking
-	// (Config.NonBlocking): the task may run in a Batch.
+	// (Config.NonBlocking): the task may run in a batch.
 	nonBlocking bool // immutable after dispatch
 }
-
-// NonBlocking reports whether the task calls a method named in
-// Config.NonBlocking, so that it may run in a Batch. Must be called on the
-// loop, before the task is submitted.
-func (t *Task) NonBlocking() bool { return t.nonBlocking }
 
 // newTask returns an empty Task: from the session's own free list, else
 // from the server's. A unary task is reused once its completion has been
