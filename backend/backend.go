@@ -6,6 +6,8 @@ package backend
 import (
 	"context"
 	"fmt"
+
+	"github.com/openengine/edge/codec"
 )
 
 // Handler serves backend methods. The session has already checked that method
@@ -41,15 +43,15 @@ func (e *Error) Error() string {
 
 // JSON-RPC codes a backend may use (CONTRACT.md section 7).
 const (
-	CodeInvalidParams = -32602
-	CodeInternal      = -32603
-	CodeApplication   = -32000
+	CodeInvalidParams = int(codec.CodeInvalidParams)
+	CodeInternal      = int(codec.CodeInternalError)
+	CodeApplication   = int(codec.CodeServerError)
 )
 
 // SchemaViolation returns the -32602 error for params the backend cannot decode.
 // details, when not nil, is raw JSON for data.details.
 func SchemaViolation(details []byte) *Error {
-	return &Error{Code: CodeInvalidParams, Message: "Invalid params", DataCode: "SCHEMA_VIOLATION", Details: details}
+	return &Error{Code: CodeInvalidParams, Message: codec.CodeInvalidParams.Message(), DataCode: "SCHEMA_VIOLATION", Details: details}
 }
 
 // InvalidPhase returns the -32000 INVALID_PHASE error for a method the backend

@@ -79,18 +79,63 @@ func AppendError(dst, id []byte, code Code, message, dataCode string, details []
 	return append(dst, "}}"...)
 }
 
+// The notification envelope, and its beginning for the two notifications a
+// subscription sends (CONTRACT.md section 5), whose method is fixed.
+const (
+	notificationHead = `{"jsonrpc":"2.0","method":`
+	paramsMember     = `,"params":`
+	subscriptionHead = paramsMember + `{"subscriptionId":`
+	eventHead        = notificationHead + `"event"` + subscriptionHead
+	closedHead       = notificationHead + `"subscription/closed"` + subscriptionHead
+)
+
 // AppendNotification appends {"jsonrpc":"2.0","method":<method>,"params":<params>}
 // (CONTRACT.md section 7) to dst. params is raw JSON; nil omits the member
 // (JSON-RPC 2.0 section 4.2 allows no params but not a null one). It does not
 // allocate when dst has room. Safe for concurrent use.
 func AppendNotification(dst []byte, method string, params []byte) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":`...)
+	dst = append(dst, notificationHead...)
 	dst = AppendQuote(dst, method)
 	if params != nil {
-		dst = append(dst, `,"params":`...)
+		dst = append(dst, paramsMember...)
 		dst = append(dst, params...)
 	}
 	return append(dst, '}')
+}
+
+// AppendEvent appends the subscription event
+// {"jsonrpc":"2.0","method":"event","params":{"subscriptionId":<id>[,<members>]}}
+// (CONTRACT.md section 5) to dst: the notification AppendNotification would
+// write, without building its params first. id is the subscription id as a
+// JSON string token; members are the event's own members of params
+// (`"cursor":"3","seq":3`), raw JSON copied as they are, none when empty. It
+// does not allocate when dst has room. Safe for concurrent use.
+func AppendEvent(dst, id, members []byte) []byte {
+	dst = append(dst, eventHead...)
+	dst = append(dst, id...)
+	if len(members) > 0 {
+		dst = append(dst, ',')
+		dst = append(dst, members...)
+	}
+	return append(dst, "}}"...)
+}
+
+// AppendSubscriptionClosed appends the notification that the server ended a
+// subscription,
+// {"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":<id>,"reason":<reason>[,"lastDeliveredCursor":<cursor>]}}
+// (CONTRACT.md section 5), to dst. id and cursor are raw JSON tokens, an
+// empty cursor omits its member; reason is text and is JSON-escaped. It does
+// not allocate when dst has room. Safe for concurrent use.
+func AppendSubscriptionClosed(dst, id []byte, reason string, cursor []byte) []byte {
+	dst = append(dst, closedHead...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"reason":`...)
+	dst = AppendQuote(dst, reason)
+	if len(cursor) > 0 {
+		dst = append(dst, `,"lastDeliveredCursor":`...)
+		dst = append(dst, cursor...)
+	}
+	return append(dst, "}}"...)
 }
 
 // appendCode appends code in decimal, with the contract's codes as constants.

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -22,7 +23,7 @@ import (
 //	                      CloseTimeout passed)
 //	any       -> closed   OnClose: the peer or the kernel ended the TCP connection
 //
-// Every change goes through conn.setState.
+// closed is final. Every change goes through conn.setState, which checks it.
 type connState uint8
 
 const (
@@ -31,6 +32,33 @@ const (
 	stateClosing
 	stateClosed
 )
+
+func (s connState) String() string {
+	switch s {
+	case stateHandshake:
+		return "handshake"
+	case stateOpen:
+		return "open"
+	case stateClosing:
+		return "closing"
+	case stateClosed:
+		return "closed"
+	}
+	return "connState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// canGo reports whether the table above allows from -> to.
+func (from connState) canGo(to connState) bool {
+	switch to {
+	case stateOpen:
+		return from == stateHandshake
+	case stateClosing:
+		return from == stateHandshake || from == stateOpen
+	case stateClosed:
+		return from != stateClosed
+	}
+	return false
+}
 
 // trimAfter is how long a connection must have been quiet before the sweep
 // asks its session to release the memory it keeps for the next burst
@@ -51,8 +79,8 @@ type conn struct {
 	c     gnet.Conn  // immutable
 	l     *eventLoop // immutable
 	proto proto      // immutable
-	state connState
-	index int // position in l.conns, -1 when not registered
+	state connState  // changed only by setState
+	index int        // position in l.conns, -1 when not registered
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
@@ -82,7 +110,15 @@ type conn struct {
 	subsEnded bool // after eof: the session's subscriptions were ended
 }
 
-func (w *conn) setState(s connState) { w.state = s }
+// setState moves w to state s. A transition the table of connState does not
+// allow is a bug in the loop (output sent after the close frame, a session
+// used after it closed): it panics rather than go on. Runs on the loop.
+func (w *conn) setState(s connState) {
+	if !w.state.canGo(s) {
+		panic("loop: connection: illegal transition " + w.state.String() + " -> " + s.String())
+	}
+	w.state = s
+}
 
 func (w *conn) cfg() *Config { return &w.l.srv.cfg }
 
@@ -271,26 +307,61 @@ func (w *conn) traffic(buf []byte, now time.Time) int {
 	return w.frames(buf)
 }
 
-// slowConsumer closes with 1008 and drops the TCP connection without waiting:
-// a peer that does not read will not read our close frame either.
+// slowConsumer closes with 1008 (causeSlowConsumer).
 func (w *conn) slowConsumer() {
-	w.closeWith(ws.StatusPolicyViolation, "slow consumer")
-	w.hangup = true
+	w.closeFor(causeSlowConsumer)
 	if w.eof != nil {
 		w.eof.abort()
 	}
 }
 
-// closeWith starts a server-initiated close: queued output is discarded, the
-// session ends, and on WebSocket the close frame is sent and the connection
-// waits up to CloseTimeout for the peer's close. NDJSON has no close message:
-// the connection is closed once flushed.
-func (w *conn) closeWith(code ws.StatusCode, reason string) {
-	w.closeAfter(code, reason, false)
+// closeCause is why the server decides to close a connection. closeCauses
+// gives each one's close code and reason (CONTRACT.md section 1.1) and what
+// happens around the close frame. The input the codec rejects closes with the
+// codec's own code and reason (codec.CloseError: 1002, 1003, 1007, 1009, see
+// fail); a peer's close is answered with its code.
+type closeCause uint8
+
+const (
+	causeSlowConsumer closeCause = iota // output over the hard cap, or a write stalled (section 6)
+	causeIdle                           // no answer to the server's ping (section 1.1)
+	causeGoingAway                      // graceful shutdown (section 9)
+)
+
+var closeCauses = [...]struct {
+	code   ws.StatusCode
+	reason string
+	// keep sends the output queued this turn before the close frame;
+	// otherwise it is discarded.
+	keep bool
+	// hangup drops the TCP connection after the close frame instead of
+	// waiting up to CloseTimeout for the peer's close.
+	hangup bool
+}{
+	// A peer that does not read will not read our close frame either.
+	causeSlowConsumer: {code: ws.StatusPolicyViolation, reason: "slow consumer", hangup: true},
+	causeIdle:         {code: ws.StatusGoingAway, reason: "idle timeout", hangup: true},
+	// Shutdown's answers and subscription/closed notifications go first.
+	causeGoingAway: {code: ws.StatusGoingAway, reason: "going away", keep: true},
 }
 
-// closeAfter is closeWith that, with keep, sends the output queued this turn
-// before the close (shutdown's subscription/closed notifications).
+func (c closeCause) String() string { return closeCauses[c].reason }
+
+// closeFor starts a server-initiated close for cause.
+func (w *conn) closeFor(cause closeCause) {
+	c := &closeCauses[cause]
+	w.closeAfter(c.code, c.reason, c.keep)
+	if c.hangup {
+		w.hangup = true
+	}
+}
+
+// closeAfter starts a server-initiated close: the session ends, and on
+// WebSocket the close frame is sent and the connection waits up to
+// CloseTimeout for the peer's close. NDJSON has no close message: the
+// connection is closed once flushed. Output queued this turn goes out before
+// the close frame with keep, and is discarded without it. Its callers are
+// closeFor and fail.
 func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 	if w.state != stateOpen {
 		return
@@ -352,7 +423,7 @@ func (w *conn) goAway() {
 		w.l.markDirty(w)
 	case stateOpen:
 		w.sess.GoAway()
-		w.closeAfter(ws.StatusGoingAway, "going away", true)
+		w.closeFor(causeGoingAway)
 	}
 }
 
@@ -381,8 +452,7 @@ func (w *conn) tick(now time.Time) {
 		}
 		switch {
 		case silent >= cfg.PingInterval+cfg.PongTimeout:
-			w.closeWith(ws.StatusGoingAway, "idle timeout")
-			w.hangup = true
+			w.closeFor(causeIdle)
 		case silent >= cfg.PingInterval && !w.pinged:
 			w.pinged = true
 			w.appendFrame(ws.OpPing, nil)

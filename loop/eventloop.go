@@ -8,7 +8,6 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
-	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/rpc"
 )
 
@@ -27,12 +26,9 @@ type eventLoop struct {
 	inTurn bool // guarded by mu
 
 	handled int // loop-owned: messages handed to sessions in the current turn
-	// jobs are the backend calls sessions dispatched in the current turn,
-	// handed to the pool together by submitJobs; calls to non-blocking
-	// methods are gathered in batch first, up to maxBatch per job.
-	jobs    []backend.Job // loop-owned
-	batch   *rpc.Batch    // loop-owned: being filled, or nil
-	batches []*rpc.Batch  // loop-owned: applied batches for reuse
+	// turn gathers the backend calls sessions dispatch in the current turn;
+	// every path that can dispatch ends with flush, which flushes it.
+	turn *rpc.Turn // immutable pointer, loop-owned Turn; nil without an rpc server (Echo)
 
 	spare []rpc.Completion // loop-owned: the other half of the double buffer
 	conns []*conn          // loop-owned: every open connection, for sweeps
@@ -92,58 +88,8 @@ func (l *eventLoop) Post(c rpc.Completion) {
 	}
 }
 
-// maxBatch bounds the calls of one rpc.Batch: a turn that admits more makes
-// several jobs, which several workers can run at once when there are
-// processors for them.
-const maxBatch = 64
-
-// Submit implements rpc.Submitter: it holds a dispatched call until the end
-// of the turn, a call to a non-blocking method in the turn's batch. Runs on
-// the loop.
-func (l *eventLoop) Submit(j backend.Job) {
-	t, ok := j.(*rpc.Task)
-	if !ok || !t.NonBlocking() {
-		l.jobs = append(l.jobs, j)
-		return
-	}
-	if l.batch == nil {
-		if n := len(l.batches); n > 0 {
-			l.batch = l.batches[n-1]
-			l.batches[n-1] = nil
-			l.batches = l.batches[:n-1]
-		} else {
-			l.batch = &rpc.Batch{Done: l.reuseBatch}
-		}
-	}
-	l.batch.Add(t)
-	if l.batch.Len() == maxBatch {
-		l.jobs = append(l.jobs, l.batch)
-		l.batch = nil
-	}
-}
-
-// reuseBatch keeps an applied batch for the next turn. Runs on the loop.
-func (l *eventLoop) reuseBatch(b *rpc.Batch) {
-	if len(l.batches) < 16 {
-		l.batches = append(l.batches, b)
-	}
-}
-
-// submitJobs hands the calls dispatched in this turn to the pool with one
-// hand-off. Every path that can dispatch ends with flush, which calls it, so
-// no call waits past the turn. Runs on the loop.
-func (l *eventLoop) submitJobs() {
-	if l.batch != nil {
-		l.jobs = append(l.jobs, l.batch)
-		l.batch = nil
-	}
-	if len(l.jobs) == 0 {
-		return
-	}
-	l.srv.rpc.SubmitAll(l.jobs)
-	clear(l.jobs)
-	l.jobs = l.jobs[:0]
-}
+// Turn implements rpc.TurnPoster. Safe for concurrent use.
+func (l *eventLoop) Turn() *rpc.Turn { return l.turn }
 
 // drain applies every queued completion and flushes. Runs on the loop.
 func (l *eventLoop) drain(context.Context) error {
@@ -178,7 +124,7 @@ func (l *eventLoop) endTurn() {
 		return
 	}
 	l.handled = 0
-	l.submitJobs()
+	l.turn.Flush()
 	l.mu.Lock()
 	l.inTurn = true
 	l.mu.Unlock()
@@ -200,12 +146,12 @@ func (l *eventLoop) markDirty(w *conn) {
 	}
 }
 
-// flush submits the calls dispatched in this turn, then writes every dirty
-// connection's output with one write each. A flush
+// flush hands the calls dispatched in this turn to the pool (rpc.Turn.Flush),
+// then writes every dirty connection's output with one write each. A flush
 // may dirty a connection again (a close after the hard cap), so the list is
 // walked until it stops growing. Runs on the loop.
 func (l *eventLoop) flush() {
-	l.submitJobs()
+	l.turn.Flush()
 	for _, w := range l.tails {
 		l.markDirty(w)
 	}

@@ -1,6 +1,8 @@
 package loop
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,43 +58,46 @@ func TestTrimSparesReleasesUnusedBuffers(t *testing.T) {
 	check("a budget of two buffers", 2, 2*minOutBuf)
 }
 
-// jobFunc adapts a function to backend.Job.
-type jobFunc func()
+// ranHandler answers every call with null after reporting its params on the
+// channel.
+type ranHandler chan string
 
-func (f jobFunc) Run() { f() }
+func (h ranHandler) Call(_ context.Context, _ string, params, dst []byte) ([]byte, error) {
+	h <- string(params)
+	return append(dst, "null"...), nil
+}
 
 // TestFlushSubmitsHeldCalls: calls that sessions dispatch are held by the
-// loop until the end of the turn and handed to the pool together; a flush
-// hands them over too, since the paths that read input outside a turn (a
-// paused connection resumed by a sweep) end with a flush and no turn may
+// loop's rpc.Turn until the end of the turn and handed to the pool together;
+// a flush hands them over too, since the paths that read input outside a turn
+// (a paused connection resumed by a sweep) end with a flush and no turn may
 // follow. A loop that held them until its next turn would leave those calls
 // unanswered on a quiet connection.
 func TestFlushSubmitsHeldCalls(t *testing.T) {
 	pool := backend.NewPool(16, time.Minute)
 	defer pool.Close()
-	srv, err := rpc.NewServer(rpc.Config{Handler: backend.NewMemory(), Pool: pool})
+	ran := make(ranHandler, 3)
+	srv, err := rpc.NewServer(rpc.Config{Handler: ran, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &eventLoop{srv: &Server{rpc: srv}}
-	ran := make(chan int, 3)
+	l := &eventLoop{srv: &Server{rpc: srv}, turn: srv.NewTurn()}
+	l.inTurn = true // no gnet loop to wake: completions wait in the queue
+	s := srv.NewSession(rpc.WebSocket, &countSink{}, l)
 	for i := range 3 {
-		l.Submit(jobFunc(func() { ran <- i }))
+		s.HandleMessage(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"edge/echo","params":{"i":%d}}`, i, i))
 	}
 	if len(ran) != 0 {
 		t.Fatal("a call ran before the loop handed it over")
 	}
 	l.flush()
-	seen := make(map[int]bool)
+	seen := make(map[string]bool)
 	for len(seen) < 3 {
 		select {
-		case i := <-ran:
-			seen[i] = true
+		case p := <-ran:
+			seen[p] = true
 		case <-time.After(10 * time.Second):
 			t.Fatalf("only calls %v ran after the flush", seen)
 		}
-	}
-	if len(l.jobs) != 0 {
-		t.Fatalf("the loop still holds %d calls", len(l.jobs))
 	}
 }

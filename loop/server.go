@@ -143,6 +143,9 @@ func (s *Server) loopOf(el gnet.EventLoop) *eventLoop {
 	l := s.loops[el]
 	if l == nil {
 		l = &eventLoop{srv: s, el: el, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes}
+		if s.rpc != nil {
+			l.turn = s.rpc.NewTurn()
+		}
 		if l.epfd < 0 {
 			s.cfg.Logger.Warn("cannot pause reads on this gnet build; slow consumers that keep sending are closed instead")
 		}

@@ -10,30 +10,21 @@ import (
 	"github.com/openengine/edge/backend"
 )
 
-// batchLoop plays an event loop that batches like loop.eventLoop: calls to
-// non-blocking methods go into the current Batch, other calls are kept as
-// jobs; the test decides when a batch runs and when completions are applied.
+// batchLoop plays an event loop with a Turn that it never flushes: calls to
+// non-blocking methods go into the Turn's open batch, other calls are kept as
+// its jobs; the test decides when a batch runs and when completions are
+// applied.
 type batchLoop struct {
-	batch  *Batch
-	jobs   []backend.Job
+	turn   *Turn
 	posted []Completion
 }
 
-func (l *batchLoop) Submit(j backend.Job) {
-	if t, ok := j.(*Task); ok && t.NonBlocking() {
-		if l.batch == nil {
-			l.batch = &Batch{}
-		}
-		l.batch.Add(t)
-		return
-	}
-	l.jobs = append(l.jobs, j)
-}
+func (l *batchLoop) Turn() *Turn { return l.turn }
 
-// cut ends the current batch and returns it.
-func (l *batchLoop) cut() *Batch {
-	b := l.batch
-	l.batch = nil
+// cut ends the open batch and returns it.
+func (l *batchLoop) cut() *batch {
+	b := l.turn.open
+	l.turn.open = nil
 	return b
 }
 
@@ -65,7 +56,7 @@ func newBatchSession(t *testing.T) (*Session, *batchLoop, *listSink, *backend.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &batchLoop{}
+	l := &batchLoop{turn: srv.NewTurn()}
 	sink := &listSink{}
 	return srv.NewSession(WebSocket, sink, l), l, sink, pool
 }
@@ -85,10 +76,10 @@ func TestBatchOnlyNonBlocking(t *testing.T) {
 	s.HandleMessage(echoReq("1", "a"))
 	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":2,"method":"edge/sleep","params":{"ms":1}}`))
 	s.HandleMessage(echoReq("3", "c"))
-	if l.batch == nil || l.batch.Len() != 2 || len(l.jobs) != 1 {
-		t.Fatalf("batch of %v, %d other jobs; want the two echoes batched and the sleep alone", l.batch, len(l.jobs))
+	if l.turn.open == nil || len(l.turn.open.tasks) != 2 || len(l.turn.jobs) != 1 {
+		t.Fatalf("batch of %v, %d other jobs; want the two echoes batched and the sleep alone", l.turn.open, len(l.turn.jobs))
 	}
-	if l.jobs[0].(*Task).NonBlocking() {
+	if l.turn.jobs[0].(*Task).nonBlocking {
 		t.Fatal("edge/sleep is marked non-blocking")
 	}
 }
@@ -110,8 +101,8 @@ func TestBatchCancelAndReuseID(t *testing.T) {
 	s.HandleMessage(cancelReq("1"))
 	s.HandleMessage(echoReq("1", "new"))
 	b := l.cut()
-	if b.Len() != 2 {
-		t.Fatalf("batch holds %d calls, want 2", b.Len())
+	if len(b.tasks) != 2 {
+		t.Fatalf("batch holds %d calls, want 2", len(b.tasks))
 	}
 	b.Run()
 	l.apply()

@@ -117,14 +117,15 @@ func BenchmarkSessionStats(b *testing.B) {
 
 // queuePoster collects completions the way an event loop does: workers append
 // under a mutex; the loop takes the whole queue at the end of its turn. Like
-// the loop it is a Submitter: the calls of a turn go to the pool together.
+// the loop it is a TurnPoster: the calls of a turn go to the pool together
+// when it flushes turn.
 type queuePoster struct {
 	mu    sync.Mutex
 	queue []Completion
-	jobs  []backend.Job // loop-owned
+	turn  *Turn // loop-owned
 }
 
-func (p *queuePoster) Submit(j backend.Job) { p.jobs = append(p.jobs, j) }
+func (p *queuePoster) Turn() *Turn { return p.turn }
 
 func (p *queuePoster) Post(c Completion) {
 	p.mu.Lock()
@@ -148,7 +149,7 @@ func BenchmarkSessionEchoPipelined(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	post := &queuePoster{}
+	post := &queuePoster{turn: srv.NewTurn()}
 	sink := &countSink{}
 	s := srv.NewSession(WebSocket, sink, post)
 	const window = 64
@@ -163,9 +164,7 @@ func BenchmarkSessionEchoPipelined(b *testing.B) {
 		for _, m := range msgs {
 			s.HandleMessage(m)
 		}
-		pool.SubmitAll(post.jobs)
-		clear(post.jobs)
-		post.jobs = post.jobs[:0]
+		post.turn.Flush()
 		for applied := 0; applied < window; {
 			runtime.Gosched()
 			post.mu.Lock()

@@ -123,7 +123,7 @@ func TestFreeTasksBoundedByBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := &queuePoster{}
+	post := &queuePoster{turn: srv.NewTurn()}
 	s := srv.NewSession(WebSocket, &countSink{}, post)
 	round := func(size int) {
 		t.Helper()
@@ -132,7 +132,7 @@ func TestFreeTasksBoundedByBytes(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"edge/echo","params":{"p":%q}}`, i, pad)
 		}
-		runPipelined(t, s, post, pool, msgs)
+		runPipelined(t, s, post, msgs)
 	}
 	kept := func() (n, bytes int) {
 		for _, t := range s.free {

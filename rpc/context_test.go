@@ -59,7 +59,7 @@ func TestPooledTaskContextNotReusedWhileReachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := &queuePoster{}
+	post := &queuePoster{turn: srv.NewTurn()}
 	sink := &countSink{}
 	s := srv.NewSession(WebSocket, sink, post)
 	const window, rounds = 64, 50
@@ -68,7 +68,7 @@ func TestPooledTaskContextNotReusedWhileReachable(t *testing.T) {
 		msgs[i] = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"edge/echo","params":{"i":%d}}`, i, i)
 	}
 	for range rounds {
-		runPipelined(t, s, post, pool, msgs)
+		runPipelined(t, s, post, msgs)
 	}
 	if st := s.Stats(); st.InFlightIDs != 0 || st.Tasks != 0 {
 		t.Fatalf("stats after the rounds: %+v", st)
@@ -123,19 +123,18 @@ func TestRequestContextCancelReachesDerived(t *testing.T) {
 
 // runPipelined plays one loop turn of a pipelining client: msgs are handled,
 // the dispatched calls go to the pool together, and the loop applies
-// completions until every one of them is back.
-func runPipelined(t *testing.T, s *Session, post *queuePoster, pool *backend.Pool, msgs [][]byte) {
+// completions until every call of the session is back (also those it
+// dispatched before, whose turn the caller has not flushed).
+func runPipelined(t *testing.T, s *Session, post *queuePoster, msgs [][]byte) {
 	t.Helper()
 	for _, m := range msgs {
 		s.HandleMessage(m)
 	}
-	pool.SubmitAll(post.jobs)
-	clear(post.jobs)
-	post.jobs = post.jobs[:0]
+	post.turn.Flush()
 	deadline := time.Now().Add(maxWait)
-	for applied := 0; applied < len(msgs); {
+	for s.Stats().Tasks > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d completions after %s", applied, len(msgs), maxWait)
+			t.Fatalf("%d calls still running after %s", s.Stats().Tasks, maxWait)
 		}
 		runtime.Gosched()
 		post.mu.Lock()
@@ -145,6 +144,5 @@ func runPipelined(t *testing.T, s *Session, post *queuePoster, pool *backend.Poo
 		for _, c := range q {
 			c.Apply()
 		}
-		applied += len(q)
 	}
 }

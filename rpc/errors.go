@@ -7,24 +7,34 @@ import (
 
 // The errors a session answers by itself (CONTRACT.md section 7). They are
 // written, like a backend's errors, through errorFields, the one mapping from
-// an error to the JSON-RPC error object.
+// an error to the JSON-RPC error object. A code's fixed message is spelled
+// once, by codec.Code.Message; only -32000 errors carry their own.
 var (
-	errParse          = protocolError(codec.CodeParseError, "Parse error", "")
-	errInvalidRequest = protocolError(codec.CodeInvalidRequest, "Invalid Request", "")
-	errDuplicateID    = protocolError(codec.CodeInvalidRequest, "Invalid Request", "DUPLICATE_REQUEST_ID")
-	errMethodNotFound = protocolError(codec.CodeMethodNotFound, "Method not found", "")
-	errInvalidParams  = protocolError(codec.CodeInvalidParams, "Invalid params", "")
-	errBusy           = protocolError(codec.CodeServerError, "Server busy", "SERVER_BUSY")
-	errShuttingDown   = protocolError(codec.CodeServerError, "Server shutting down", "SERVER_SHUTTING_DOWN")
-	errCancelled      = protocolError(codec.CodeRequestCancelled, "Request cancelled", "")
+	errParse          = protocolError(codec.CodeParseError, "")
+	errInvalidRequest = protocolError(codec.CodeInvalidRequest, "")
+	errDuplicateID    = protocolError(codec.CodeInvalidRequest, "DUPLICATE_REQUEST_ID")
+	errMethodNotFound = protocolError(codec.CodeMethodNotFound, "")
+	errInvalidParams  = protocolError(codec.CodeInvalidParams, "")
+	errBusy           = serverError("Server busy", "SERVER_BUSY")
+	errShuttingDown   = serverError("Server shutting down", "SERVER_SHUTTING_DOWN")
+	errCancelled      = protocolError(codec.CodeRequestCancelled, "")
 
+	// errInternal is what a client sees for an error that is not a
+	// backend.Error: details are not for the client.
+	errInternal = protocolError(codec.CodeInternalError, "INTERNAL")
 	// errPanic is what a client sees when a backend call panics.
-	errPanic = protocolError(codec.CodeInternalError, "Internal error", "BACKEND_PANIC")
+	errPanic = protocolError(codec.CodeInternalError, "BACKEND_PANIC")
 	// errNotEstablished is what a client sees when a subscription backend
 	// returns without establishing the subscription or failing it.
-	errNotEstablished = protocolError(codec.CodeInternalError, "Internal error", "NOT_ESTABLISHED")
+	errNotEstablished = protocolError(codec.CodeInternalError, "NOT_ESTABLISHED")
 )
 
-func protocolError(code codec.Code, message, dataCode string) *backend.Error {
-	return &backend.Error{Code: int(code), Message: message, DataCode: dataCode}
+// protocolError returns the error with code's fixed message.
+func protocolError(code codec.Code, dataCode string) *backend.Error {
+	return &backend.Error{Code: int(code), Message: code.Message(), DataCode: dataCode}
+}
+
+// serverError returns a -32000 error, whose message is its own.
+func serverError(message, dataCode string) *backend.Error {
+	return &backend.Error{Code: int(codec.CodeServerError), Message: message, DataCode: dataCode}
 }

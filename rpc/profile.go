@@ -44,20 +44,20 @@ func (p Profile) String() string {
 const DefaultMaxBatch = 100
 
 var (
-	errBatchTooLarge       = protocolError(codec.CodeInvalidRequest, "Invalid Request", "BATCH_TOO_LARGE")
-	errSubscriptionInBatch = protocolError(codec.CodeInvalidRequest, "Invalid Request", "SUBSCRIPTION_IN_BATCH")
+	errBatchTooLarge       = protocolError(codec.CodeInvalidRequest, "BATCH_TOO_LARGE")
+	errSubscriptionInBatch = protocolError(codec.CodeInvalidRequest, "SUBSCRIPTION_IN_BATCH")
 )
 
-// batch collects the answers to the requests of one batch (jsonrpc
+// reqBatch collects the answers to the requests of one batch (jsonrpc
 // profile): they are written as one array once every request is answered.
 // Loop-owned.
-type batch struct {
+type reqBatch struct {
 	buf  []byte // '[' and the answers so far, comma-separated
 	n    int    // answers in buf
 	owed int    // dispatched requests not yet answered (or cancelled)
 }
 
-func (b *batch) add(msg []byte) {
+func (b *reqBatch) add(msg []byte) {
 	if b.n > 0 {
 		b.buf = append(b.buf, ',')
 	}
@@ -84,7 +84,7 @@ func (s *Session) handleBatch(msg []byte) {
 		s.nullError(errBatchTooLarge)
 		return
 	}
-	b := &batch{buf: []byte{'['}}
+	b := &reqBatch{buf: []byte{'['}}
 	s.collect = b
 	codec.EachElement(msg, func(elem []byte) bool {
 		env := codec.Classify(elem, s.transport == WebSocket)
@@ -99,7 +99,7 @@ func (s *Session) handleBatch(msg []byte) {
 
 // batchDone records that answered of b's dispatched requests are settled
 // and writes the array once nothing is owed.
-func (s *Session) batchDone(b *batch, answered int) {
+func (s *Session) batchDone(b *reqBatch, answered int) {
 	b.owed -= answered
 	if b.owed > 0 || s.closed {
 		return

@@ -60,8 +60,8 @@ type Config struct {
 	// NonBlocking, when set, names the unary methods whose Handler.Call
 	// never blocks: it computes the result from params and returns, without
 	// I/O and without waiting for ctx, a lock held for long or another call.
-	// A loop hands the calls to such methods that one turn admits to a
-	// worker together (Batch), which runs them back to back and delivers
+	// The calls to such methods that one loop turn admits go to a worker
+	// together (a batch, see Turn), which runs them back to back and delivers
 	// their results in one hand-off instead of one per call. A method named
 	// here that blocks holds up the calls batched with it. It is asked once
 	// per method, by NewServer. [nil: none]
@@ -233,10 +233,6 @@ func (srv *Server) Draining() bool { return srv.owing.Load()&drainBit != 0 }
 // Running reports the backend tasks running across all sessions, subscription
 // producers included. Safe for concurrent use.
 func (srv *Server) Running() int { return srv.cfg.Pool.Running() }
-
-// SubmitAll hands the calls a Submitter gathered to the pool, in order.
-// Safe for concurrent use.
-func (srv *Server) SubmitAll(js []backend.Job) { srv.cfg.Pool.SubmitAll(js) }
 
 // InFlight reports the requests across all sessions that still owe an
 // answer: unary calls running and subscriptions establishing. Graceful

@@ -50,17 +50,6 @@ type Poster interface {
 	Post(c Completion)
 }
 
-// Submitter is implemented by a Poster that gathers the calls a session
-// dispatches during a loop turn and hands them to the pool together at the
-// end of the turn (backend.Pool.SubmitAll): one hand-off per turn instead of
-// one per request. Calls to non-blocking methods (Task.NonBlocking) it may
-// gather into a Batch, one job for the lot. It must submit every job before
-// the loop blocks, since the job holds a global slot. Without it a session
-// submits each call itself.
-type Submitter interface {
-	Submit(j backend.Job)
-}
-
 // Session is the protocol state of one connection: the in-flight id table, the
 // task slots, generations, and cancellation (CONTRACT.md sections 2-4).
 //
@@ -71,7 +60,7 @@ type Session struct {
 	transport Transport // immutable after NewSession
 	sink      Sink      // immutable after NewSession
 	post      Poster    // immutable after NewSession
-	submit    Submitter // immutable after NewSession: post as a Submitter, or nil
+	turn      *Turn     // immutable after NewSession: the loop's (TurnPoster), or nil
 
 	inflight idTable  // loop-owned: tracked requests holding their id
 	active   taskList // loop-owned: dispatched tasks holding a slot, until their worker returns
@@ -94,7 +83,7 @@ type Session struct {
 
 	// collect, while set, takes the session's answers instead of the sink:
 	// the batch being handled, or whose request is being answered.
-	collect *batch // loop-owned
+	collect *reqBatch // loop-owned
 
 	buf  []byte // loop-owned scratch: encoded message
 	key  []byte // loop-owned scratch: id identity key
@@ -104,8 +93,11 @@ type Session struct {
 // NewSession returns the session of a new connection. Must be called on the
 // connection's event loop.
 func (srv *Server) NewSession(t Transport, sink Sink, post Poster) *Session {
-	sub, _ := post.(Submitter)
-	return &Session{srv: srv, transport: t, sink: sink, post: post, submit: sub}
+	s := &Session{srv: srv, transport: t, sink: sink, post: post}
+	if tp, ok := post.(TurnPoster); ok {
+		s.turn = tp.Turn()
+	}
+	return s
 }
 
 // Stats is a snapshot of a session's bookkeeping.
@@ -309,8 +301,8 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backen
 		t.ticket = fwd.Forward(t)
 		return
 	}
-	if s.submit != nil {
-		s.submit.Submit(t)
+	if s.turn != nil {
+		s.turn.add(t)
 		return
 	}
 	s.srv.cfg.Pool.Submit(t)
@@ -386,8 +378,10 @@ func (s *Session) Close() {
 		t.cancelled = true
 		t.abort()
 		if t.sub != nil {
-			t.sub.state = subEnded
-			t.sub.st.close()
+			if t.sub.state != subEnded {
+				t.sub.to(subEnded)
+				t.sub.st.close()
+			}
 			s.answered(t.sub)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 //	establishing -> ended    establishment failed, subscription/cancel, or the connection closed
 //	live         -> ended    done (producer returned, every event delivered), SLOW_CONSUMER,
 //	                         subscription/cancel, shutdown, or the connection closed
+//
+// ended is final. Every change goes through subscription.to, which checks it.
 type subState uint8
 
 const (
@@ -21,6 +23,40 @@ const (
 	subLive
 	subEnded
 )
+
+func (st subState) String() string {
+	switch st {
+	case subEstablishing:
+		return "establishing"
+	case subLive:
+		return "live"
+	case subEnded:
+		return "ended"
+	}
+	return "subState(" + strconv.Itoa(int(st)) + ")"
+}
+
+// canGo reports whether the table above allows from -> to.
+func (from subState) canGo(to subState) bool {
+	switch from {
+	case subEstablishing:
+		return to == subLive || to == subEnded
+	case subLive:
+		return to == subEnded
+	}
+	return false
+}
+
+// to moves sub to state next. A transition the table of subState does not
+// allow is a bug in the session, which can no longer tell what it owes the
+// client: it panics, as x/tools' jsonrpc2 does when its in-flight state
+// breaks an invariant. Must be called on the loop.
+func (sub *subscription) to(next subState) {
+	if !sub.state.canGo(next) {
+		panic("rpc: subscription " + sub.id + ": illegal transition " + sub.state.String() + " -> " + next.String())
+	}
+	sub.state = next
+}
 
 // Close reasons of subscription/closed (CONTRACT.md section 5).
 type closeReason uint8
@@ -52,7 +88,7 @@ type subscription struct {
 	task  *Task  // immutable: runs the producer and holds the slot
 	st    stream
 
-	state        subState    // loop-owned
+	state        subState    // loop-owned: changed only by to
 	answered     bool        // loop-owned: the establishing request got its response
 	producerDone bool        // loop-owned: the producer returned (its task completed)
 	blocked      bool        // loop-owned: in Session.blocked, waiting for the socket
@@ -279,13 +315,13 @@ func (s *Session) established(sub *subscription, result []byte) {
 	}
 	s.releaseID(t)
 	if sub.state == subEstablishing {
-		sub.state = subLive
+		sub.to(subLive)
 	}
 	s.buf = codec.AppendResult(s.buf[:0], t.id, result)
 	s.send(s.buf)
 	if sub.endReason != reasonNone {
 		// Ended while establishing (shutdown): the close follows the response.
-		s.buf = appendClosed(s.buf[:0], sub.idTok, sub.endReason, nil)
+		s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, sub.endReason.String(), nil)
 		s.sink.Send(s.buf)
 	}
 }
@@ -315,7 +351,7 @@ func (s *Session) drainEvents(sub *subscription) {
 		// back first, so that the budget never counts them twice.
 		st.bytes -= len(e.body)
 		st.budget.give(len(e.body))
-		s.buf = appendEvent(s.buf[:0], sub.idTok, e.body)
+		s.buf = codec.AppendEvent(s.buf[:0], sub.idTok, e.body)
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
 		if cap(e.body) > maxSlotKeep {
 			e.body = nil // the budget counts buffered events, not spare capacity
@@ -384,7 +420,7 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 		return
 	}
 	establishing := sub.state == subEstablishing
-	sub.state = subEnded
+	sub.to(subEnded)
 	sub.st.close()
 	sub.task.abort()
 	delete(s.subs, sub.id)
@@ -392,7 +428,7 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 		// The notification may not precede the response: it is owed until then.
 		sub.endReason = reason
 	} else if reason != reasonNone && !s.closed {
-		s.buf = appendClosed(s.buf[:0], sub.idTok, reason, sub.lastCursor)
+		s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, reason.String(), sub.lastCursor)
 		s.sink.Send(s.buf)
 	}
 	if sub.producerDone {
@@ -430,9 +466,11 @@ func (s *Session) completeSubscription(t *Task) {
 				s.sendError(t.id, errCancelled)
 			}
 		}
-		sub.state = subEnded
-		sub.st.close()
-		delete(s.subs, sub.id)
+		if sub.state != subEnded {
+			sub.to(subEnded)
+			sub.st.close()
+			delete(s.subs, sub.id)
+		}
 		s.active.remove(t)
 		return
 	}
@@ -496,31 +534,6 @@ func (s *Session) GoAway() {
 		}
 	}
 	s.EndSubscriptions()
-}
-
-// appendEvent encodes {"jsonrpc":"2.0","method":"event","params":{"subscriptionId":<id>[,<body>]}}.
-func appendEvent(dst, idTok, body []byte) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":`...)
-	dst = append(dst, idTok...)
-	if len(body) > 0 {
-		dst = append(dst, ',')
-		dst = append(dst, body...)
-	}
-	return append(dst, "}}"...)
-}
-
-// appendClosed encodes the subscription/closed notification.
-func appendClosed(dst, idTok []byte, reason closeReason, cursor []byte) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":`...)
-	dst = append(dst, idTok...)
-	dst = append(dst, `,"reason":"`...)
-	dst = append(dst, reason.String()...)
-	dst = append(dst, '"')
-	if len(cursor) > 0 {
-		dst = append(dst, `,"lastDeliveredCursor":`...)
-		dst = append(dst, cursor...)
-	}
-	return append(dst, "}}"...)
 }
 
 // answered records that sub's establishing request got (or will never get)

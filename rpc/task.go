@@ -38,20 +38,15 @@ type Task struct {
 
 	// batch is the batch the request came in, until it is answered
 	// (jsonrpc profile). Loop-owned.
-	batch *batch
+	batch *reqBatch
 
 	cancelled  bool  // loop-owned
 	prev, next *Task // loop-owned: Session.active links
 
 	// nonBlocking is set when the method is non-blocking
-	// (Config.NonBlocking): the task may run in a Batch.
+	// (Config.NonBlocking): the task may run in a batch.
 	nonBlocking bool // immutable after dispatch
 }
-
-// NonBlocking reports whether the task calls a method named in
-// Config.NonBlocking, so that it may run in a Batch. Must be called on the
-// loop, before the task is submitted.
-func (t *Task) NonBlocking() bool { return t.nonBlocking }
 
 // newTask returns an empty Task: from the session's own free list, else
 // from the server's. A unary task is reused once its completion has been
@@ -178,22 +173,24 @@ func errorFields(err error) (code codec.Code, message, dataCode string, details 
 	var be *backend.Error
 	switch {
 	case errors.As(err, &be):
-		if be.Code == backend.CodeInternal {
-			// Internal errors keep their code string; details are stripped.
-			dc := be.DataCode
-			if dc == "" {
-				dc = "INTERNAL"
-			}
-			return codec.CodeInternalError, "Internal error", dc, nil
-		}
-		return codec.Code(be.Code), be.Message, be.DataCode, be.Details
 	case errors.Is(err, backend.ErrUnknownMethod):
-		return codec.CodeMethodNotFound, "Method not found", "", nil
+		be = errMethodNotFound
+	default:
+		// Anything else, a context error included (a live request was not
+		// cancelled by its client, so a backend's own timeout is internal),
+		// is an internal error with details stripped.
+		be = errInternal
 	}
-	// Anything else, a context error included (a live request was not
-	// cancelled by its client, so a backend's own timeout is internal), is an
-	// internal error with details stripped.
-	return codec.CodeInternalError, "Internal error", "INTERNAL", nil
+	if be.Code == backend.CodeInternal {
+		// Internal errors keep their code string; message and details are
+		// the gateway's.
+		dc := be.DataCode
+		if dc == "" {
+			dc = errInternal.DataCode
+		}
+		return codec.CodeInternalError, errInternal.Message, dc, nil
+	}
+	return codec.Code(be.Code), be.Message, be.DataCode, be.Details
 }
 
 // taskList is an intrusive doubly linked list of the tasks that hold a slot.

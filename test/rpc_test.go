@@ -619,7 +619,7 @@ func TestCloseFreesGlobalSlots(t *testing.T) {
 
 // TestBatchedEchoesInOneWrite: the memory backend's edge/echo is
 // non-blocking, so the echoes a turn admits run as batches of at most 64
-// (rpc.Batch). 200 pipelined in one write, with request 5 cancelled and its
+// (rpc.Turn). 200 pipelined in one write, with request 5 cancelled and its
 // id reused by a later request in the same write: every other request is
 // answered exactly once, id 5 by the newer request, and nothing is left
 // held. The cancelled request is dropped when its cancel arrives in the same

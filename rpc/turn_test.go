@@ -1,0 +1,63 @@
+package rpc
+
+import (
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/openengine/edge/backend"
+)
+
+// TestTurnGathersUntilFlush: a Turn holds every call its loop's sessions
+// dispatch until Flush. Calls to non-blocking methods go into batches of at
+// most maxBatch calls, other calls go alone; once applied, a batch is kept
+// for the next turn.
+func TestTurnGathersUntilFlush(t *testing.T) {
+	pool := backend.NewPool(4096, time.Minute)
+	defer pool.Close()
+	mem := backend.NewMemory()
+	srv, err := NewServer(Config{Handler: mem, NonBlocking: mem.NonBlocking, Pool: pool,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := &queuePoster{turn: srv.NewTurn()}
+	sink := &listSink{}
+	s := srv.NewSession(WebSocket, sink, post)
+	tn := post.turn
+
+	const echoes = 2*maxBatch + 2
+	for i := range echoes {
+		s.HandleMessage(echoReq(strconv.Itoa(i), "x"))
+	}
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":"s","method":"edge/sleep","params":{"ms":0}}`))
+	if len(tn.jobs) != 3 || tn.open == nil || len(tn.open.tasks) != 2 {
+		t.Fatalf("%d jobs and an open batch %v; want two full batches and the sleep, then two echoes open", len(tn.jobs), tn.open)
+	}
+	for i, j := range tn.jobs[:2] {
+		if b, ok := j.(*batch); !ok || len(b.tasks) != maxBatch {
+			t.Fatalf("job %d is %T, want a batch of %d", i, j, maxBatch)
+		}
+	}
+	if task, ok := tn.jobs[2].(*Task); !ok || task.nonBlocking {
+		t.Fatalf("job 2 is %T, want the edge/sleep task alone", tn.jobs[2])
+	}
+	if len(post.queue) != 0 {
+		t.Fatal("a call ran before the flush")
+	}
+
+	runPipelined(t, s, post, nil) // flushes, then applies every completion
+	if len(tn.jobs) != 0 || tn.open != nil || len(sink.msgs) != echoes+1 {
+		t.Fatalf("after the flush: %d jobs, open batch %v, %d answers", len(tn.jobs), tn.open, len(sink.msgs))
+	}
+	if len(tn.spare) != 3 {
+		t.Fatalf("%d batches kept for reuse, want the 3 applied", len(tn.spare))
+	}
+	s.HandleMessage(echoReq(strconv.Itoa(echoes), "x"))
+	if len(tn.spare) != 2 || tn.open == nil {
+		t.Fatal("the next turn's batch is not a reused one")
+	}
+	tn.Flush()
+}
