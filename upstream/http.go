@@ -21,9 +21,11 @@ type httpReplica struct {
 	url    string
 	client *http.Client
 
+	calls sync.WaitGroup // the calls' goroutines
+
 	mu      sync.Mutex
 	nextID  uint64                        // guarded by mu
-	calls   map[uint64]context.CancelFunc // guarded by mu: calls in flight
+	cancels map[uint64]context.CancelFunc // guarded by mu: calls in flight
 	fails   int                           // guarded by mu: transport failures in a row
 	downTil time.Time                     // guarded by mu: skipped until then
 	wasDown bool                          // guarded by mu: the last state logged was down
@@ -37,7 +39,7 @@ func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
 			MaxIdleConnsPerHost: max(u.cfg.Conns, 64),
 			IdleConnTimeout:     90 * time.Second,
 		}},
-		calls: make(map[uint64]context.CancelFunc),
+		cancels: make(map[uint64]context.CancelFunc),
 	}
 }
 
@@ -52,9 +54,10 @@ func (h *httpReplica) forward(c backend.Call) backend.Ticket {
 	h.mu.Lock()
 	h.nextID++
 	id := h.nextID
-	h.calls[id] = cancel
+	h.cancels[id] = cancel
 	h.mu.Unlock()
 	body := codec.AppendRequest(nil, id, c.Method(), c.Params())
+	h.calls.Add(1)
 	go h.do(ctx, id, body, c)
 	return backend.NewTicket(h, id)
 }
@@ -62,7 +65,7 @@ func (h *httpReplica) forward(c backend.Call) backend.Ticket {
 // Cancel implements backend.Canceller: the HTTP request is aborted.
 func (h *httpReplica) Cancel(id uint64) {
 	h.mu.Lock()
-	cancel := h.calls[id]
+	cancel := h.cancels[id]
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -70,10 +73,11 @@ func (h *httpReplica) Cancel(id uint64) {
 }
 
 func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.Call) {
+	defer h.calls.Done()
 	defer func() {
 		h.mu.Lock()
-		cancel := h.calls[id]
-		delete(h.calls, id)
+		cancel := h.cancels[id]
+		delete(h.cancels, id)
 		h.mu.Unlock()
 		cancel()
 	}()
@@ -162,7 +166,9 @@ func (h *httpReplica) ok() {
 // notify posts a notification; its HTTP answer carries nothing.
 func (h *httpReplica) notify(method string, params []byte) {
 	body := codec.AppendNotification(nil, method, params)
+	h.calls.Add(1)
 	go func() {
+		defer h.calls.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), h.u.cfg.Timeout)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
@@ -172,4 +178,14 @@ func (h *httpReplica) notify(method string, params []byte) {
 			res.Body.Close()
 		}
 	}()
+}
+
+// abortAll aborts every call in flight (Upstream.Close): each is answered
+// UPSTREAM_UNAVAILABLE.
+func (h *httpReplica) abortAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, cancel := range h.cancels {
+		cancel()
+	}
 }

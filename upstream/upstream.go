@@ -293,7 +293,13 @@ func (u *Upstream) Connected() (up, total int) {
 // flight get UPSTREAM_UNAVAILABLE.
 func (u *Upstream) Close() {
 	u.stop.Do(func() { close(u.quit) })
+	for _, h := range u.http {
+		h.abortAll()
+	}
 	u.wg.Wait()
+	for _, h := range u.http {
+		h.calls.Wait()
+	}
 }
 
 // Forward implements backend.Forwarder: the call goes to the connected
