@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/upstream"
 )
 
@@ -28,12 +29,30 @@ type upstreamEdge struct {
 
 func startUpstreamEdge(t *testing.T) *upstreamEdge {
 	t.Helper()
-	gw := testgw.Start(t, testgw.Config{NDJSON: true})
+	return startUpstreamEdgeWith(t, testgw.Config{NDJSON: true})
+}
+
+func startUpstreamEdgeWith(t *testing.T, cfg testgw.Config) *upstreamEdge {
+	t.Helper()
+	gw := testgw.Start(t, cfg)
 	return &upstreamEdge{
 		gw: gw,
 		ws: "ws://" + gw.Srv.Addr().String() + "/",
 		nd: "tcp://" + gw.Srv.NDJSONAddr().String(),
 	}
+}
+
+// stop stops the upstream edge at once: its event loops end and every
+// connection is closed without an answer, as when the process dies.
+func (u *upstreamEdge) stop(t *testing.T) { testgw.Stop(t, u.gw.Srv) }
+
+// restart starts a new upstream edge on the addresses of the stopped u.
+func (u *upstreamEdge) restart(t *testing.T) *upstreamEdge {
+	t.Helper()
+	return startUpstreamEdgeWith(t, testgw.Config{Loop: loop.Config{
+		Listen:       u.gw.Srv.Addr().String(),
+		NDJSONListen: u.gw.Srv.NDJSONAddr().String(),
+	}})
 }
 
 // waitGate polls until n requests wait on the upstream's gate name.
@@ -59,6 +78,13 @@ type proxy struct {
 // and starts a gateway forwarding to them. Both stop in t.Cleanup, the
 // upstreams after the gateway.
 func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...string) *proxy {
+	t.Helper()
+	return startProxyUp(t, cfg, -1, specs, routes...)
+}
+
+// startProxyUp is startProxy that waits until up connections of the first
+// upstream are up instead of all (-1: all of every upstream).
+func startProxyUp(t *testing.T, cfg upstream.Config, up int, specs []string, routes ...string) *proxy {
 	t.Helper()
 	var sp []upstream.Spec
 	for _, s := range specs {
@@ -91,7 +117,11 @@ func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...str
 			t.Logf("upstream logs:\n%s", logs.String())
 		}
 	})
-	waitConnected(t, set)
+	if up < 0 {
+		waitConnected(t, set)
+	} else {
+		waitUp(t, set.Upstreams()[0], up)
+	}
 	gw := startGateway(t, func(c *gwConfig) { c.rpc.Forward = set.Forwarder })
 	return &proxy{gateway: gw, set: set}
 }
@@ -111,6 +141,22 @@ func waitConnected(t *testing.T, set *upstream.Set) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// waitUp polls until exactly n connections of u are up.
+func waitUp(t *testing.T, u *upstream.Upstream, n int) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for {
+		up, total := u.Connected()
+		if up == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream %s: %d of %d connections up, want %d", u.Name(), up, total, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
