@@ -32,8 +32,10 @@ lint:
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
-	@for t in $$($(GO) test -list 'Fuzz.*' ./codec | grep ^Fuzz); do \
-		echo "== $$t"; $(GO) test ./codec -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for p in ./codec ./upstream; do \
+		for t in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+			echo "== $$p $$t"; $(GO) test $$p -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+		done; \
 	done
 
 ## bench-micro: micro benchmarks (allocations reported), the gateway's and the load generator's

@@ -12,6 +12,7 @@ import (
 
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/upstream"
 )
 
@@ -29,12 +30,30 @@ type upstreamEdge struct {
 
 func startUpstreamEdge(t *testing.T) *upstreamEdge {
 	t.Helper()
-	gw := testgw.Start(t, testgw.Config{NDJSON: true})
+	return startUpstreamEdgeWith(t, testgw.Config{NDJSON: true})
+}
+
+func startUpstreamEdgeWith(t *testing.T, cfg testgw.Config) *upstreamEdge {
+	t.Helper()
+	gw := testgw.Start(t, cfg)
 	return &upstreamEdge{
 		gw: gw,
 		ws: "ws://" + gw.Srv.Addr().String() + "/",
 		nd: "tcp://" + gw.Srv.NDJSONAddr().String(),
 	}
+}
+
+// stop stops the upstream edge at once: its event loops end and every
+// connection is closed without an answer, as when the process dies.
+func (u *upstreamEdge) stop(t *testing.T) { testgw.Stop(t, u.gw.Srv) }
+
+// restart starts a new upstream edge on the addresses of the stopped u.
+func (u *upstreamEdge) restart(t *testing.T) *upstreamEdge {
+	t.Helper()
+	return startUpstreamEdgeWith(t, testgw.Config{Loop: loop.Config{
+		Listen:       u.gw.Srv.Addr().String(),
+		NDJSONListen: u.gw.Srv.NDJSONAddr().String(),
+	}})
 }
 
 // waitGate polls until n requests wait on the upstream's gate name.
@@ -58,11 +77,24 @@ type proxy struct {
 // upstreams after the gateway.
 func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...string) *proxy {
 	t.Helper()
-	return startProxyWith(t, cfg, specs, routes)
+	return startProxyOpts(t, cfg, -1, specs, routes)
+}
+
+// startProxyUp is startProxy that waits until up connections of the first
+// upstream are up instead of all (-1: all of every upstream).
+func startProxyUp(t *testing.T, cfg upstream.Config, up int, specs []string, routes ...string) *proxy {
+	t.Helper()
+	return startProxyOpts(t, cfg, up, specs, routes)
 }
 
 // startProxyWith is startProxy with options for the proxy gateway.
 func startProxyWith(t *testing.T, cfg upstream.Config, specs, routes []string, opts ...func(*gwConfig)) *proxy {
+	t.Helper()
+	return startProxyOpts(t, cfg, -1, specs, routes, opts...)
+}
+
+// startProxyOpts is startProxyUp with options for the proxy gateway.
+func startProxyOpts(t *testing.T, cfg upstream.Config, up int, specs, routes []string, opts ...func(*gwConfig)) *proxy {
 	t.Helper()
 	var sp []upstream.Spec
 	for _, s := range specs {
@@ -95,7 +127,11 @@ func startProxyWith(t *testing.T, cfg upstream.Config, specs, routes []string, o
 			t.Logf("upstream logs:\n%s", logs.String())
 		}
 	})
-	waitConnected(t, set)
+	if up < 0 {
+		waitConnected(t, set)
+	} else {
+		waitUp(t, set.Upstreams()[0], up)
+	}
 	opts = append([]func(*gwConfig){func(c *gwConfig) { c.rpc.Forward = set.Forwarder }}, opts...)
 	gw := startGateway(t, opts...)
 	return &proxy{gateway: gw, set: set}
@@ -110,6 +146,15 @@ func waitConnected(t *testing.T, set *upstream.Set) {
 			return up == total, fmt.Sprintf("%d of %d connections up", up, total)
 		})
 	}
+}
+
+// waitUp polls until exactly n connections of u are up.
+func waitUp(t *testing.T, u *upstream.Upstream, n int) {
+	t.Helper()
+	poll.Until(t, pollTimeout, fmt.Sprintf("%d connections of upstream %s up", n, u.Name()), func() (bool, string) {
+		up, total := u.Connected()
+		return up == n, fmt.Sprintf("%d of %d up", up, total)
+	})
 }
 
 var (

@@ -257,6 +257,14 @@ func (c *wsConn) read(l *link) error {
 			return err
 		}
 		if h.OpCode.IsControl() {
+			// RFC 6455 section 5.5: final, at most 125 bytes. Checked
+			// before anything is allocated at the length the header claims.
+			if h.Length > ws.MaxControlFramePayloadSize {
+				return ws.ErrProtocolControlPayloadOverflow
+			}
+			if !h.Fin {
+				return ws.ErrProtocolControlNotFinal
+			}
 			p := make([]byte, h.Length)
 			if _, err := io.ReadFull(c.r, p); err != nil {
 				return err
@@ -280,7 +288,7 @@ func (c *wsConn) read(l *link) error {
 		if h.OpCode != ws.OpContinuation {
 			msg, tooLong, inText = msg[:0], false, h.OpCode == ws.OpText
 		}
-		if tooLong || int64(len(msg))+h.Length > int64(c.max) || !inText {
+		if tooLong || h.Length > int64(c.max-len(msg)) || !inText { // no overflow: len(msg) <= max
 			if !tooLong && inText {
 				l.drop(dropTooLong)
 			} else if !inText && h.OpCode == ws.OpBinary {

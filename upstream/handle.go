@@ -156,7 +156,9 @@ func (l *link) event(params []byte) {
 	var subTok, cursor []byte
 	body := l.body[:0]
 	ok := codec.EachMember(params, func(k, v []byte) bool {
-		if subTok == nil && codec.KeyIs(k, "subscriptionId") {
+		if codec.KeyIs(k, "subscriptionId") {
+			// The last one wins (as for every member, CONTRACT.md section
+			// 2.4), and none reaches the client: the id it sees is edge's.
 			subTok = v
 			return true
 		}
@@ -223,13 +225,13 @@ func (l *link) closed(params []byte) {
 	e.c.Finish(nil, err)
 }
 
-// subscriptionID returns the string subscriptionId member of a result.
+// subscriptionID returns the string subscriptionId member of a result (the
+// last one, as event and closed read it).
 func subscriptionID(result []byte) (string, bool) {
 	var tok []byte
 	codec.EachMember(result, func(k, v []byte) bool {
 		if codec.KeyIs(k, "subscriptionId") {
 			tok = v
-			return false
 		}
 		return true
 	})
