@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/upstream"
 )
@@ -347,13 +349,9 @@ func TestUpstreamTimeout(t *testing.T) {
 					t.Fatalf("%d calls wait on the upstream's gate, want 1: NDJSON has no cancel", n)
 				}
 				openGate(t, u, "slow", 1)
-				deadline := time.Now().Add(pollTimeout)
-				for up.Dropped() != 1 { // the late answer, read and dropped
-					if time.Now().After(deadline) {
-						t.Fatalf("the late answer was not dropped (Dropped() = %d)", up.Dropped())
-					}
-					time.Sleep(time.Millisecond)
-				}
+				poll.Until(t, pollTimeout, "the late answer read and dropped", func() (bool, string) {
+					return up.Dropped() == 1, fmt.Sprintf("Dropped() = %d", up.Dropped())
+				})
 			}
 			c.sendText(gate("1", "slow2")) // the id is free and the connection serves
 			u.waitGate(t, "slow2", 1)

@@ -2,11 +2,14 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/openengine/edge/internal/poll"
 )
 
 // watcher is a WebSocket client whose messages are read by a goroutine of
@@ -149,17 +152,10 @@ func (p *watcher) stats() stats {
 // inFlight ids and subs subscriptions.
 func (p *watcher) settle(tasks, inFlight, subs int) {
 	p.t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
+	poll.Until(p.t, pollTimeout, fmt.Sprintf("tasks %d inFlightIds %d subscriptions %d", tasks, inFlight, subs), func() (bool, string) {
 		s := p.stats()
-		if s.Tasks == tasks && s.InFlightIDs == inFlight && s.Subscriptions == subs {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("stats %+v, want tasks %d inFlightIds %d subscriptions %d", s, tasks, inFlight, subs)
-		}
-		time.Sleep(2 * time.Millisecond) // paces the polls
-	}
+		return s.Tasks == tasks && s.InFlightIDs == inFlight && s.Subscriptions == subs, fmt.Sprintf("%+v", s)
+	})
 }
 
 // quietAll requires that nothing arrives at any of ws within quiet
