@@ -30,6 +30,12 @@ const envPrefix = "EDGE_"
 // redacted is what `edge config` prints in place of a secret.
 const redacted = "<redacted>"
 
+// removedFlags are flags that no longer exist, with what replaced them, for
+// the error that names them in the environment or the --config file.
+var removedFlags = map[string]string{
+	"pprof-listen": "use --admin-listen ADDR --admin-pprof",
+}
+
 // config is the configuration read from the command line, the environment
 // and the --config file. Immutable after loadConfig.
 type config struct {
@@ -218,6 +224,9 @@ func (c *config) applyFile(path string) []error {
 
 // unknown is the error for a variable or key (what) that maps to no flag.
 func unknown(what, name string) error {
+	if hint, ok := removedFlags[name]; ok {
+		return fmt.Errorf("%s: --%s was removed: %s", what, name, hint)
+	}
 	return fmt.Errorf("unknown %s: edge has no flag --%s", what, name)
 }
 

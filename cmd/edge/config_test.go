@@ -116,7 +116,8 @@ func TestConfigEnvList(t *testing.T) {
 		"EDGE_UPSTREAM=a=exec:edge --stdio",
 		`EDGE_ROUTE=["edge/*=memory", "run/*=a"]`,
 		"EDGE_UPSTREAM_TIMEOUT=1m30s",
-		"EDGE_STDIO=true",
+		"EDGE_ADMIN_PPROF=true",
+		"EDGE_ADMIN_LISTEN=127.0.0.1:0",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +129,8 @@ func TestConfigEnvList(t *testing.T) {
 	if len(o.routes) != 2 || o.routes[1].Target != "a" {
 		t.Errorf("routes = %+v, want two", o.routes)
 	}
-	if o.upstream.Timeout.String() != "1m30s" || !o.stdio {
-		t.Errorf("upstream-timeout %s, stdio %v", o.upstream.Timeout, o.stdio)
+	if o.upstream.Timeout.String() != "1m30s" || !o.adminPprof || o.adminListen != "127.0.0.1:0" {
+		t.Errorf("upstream-timeout %s, admin-pprof %v, admin-listen %q", o.upstream.Timeout, o.adminPprof, o.adminListen)
 	}
 }
 
@@ -147,9 +148,11 @@ func TestConfigRefused(t *testing.T) {
 	}{
 		{name: "unknown key", file: "max-conn-taks = 5\n", want: []string{`config FILE: unknown key "max-conn-taks"`}},
 		{name: "unknown table", file: "[admin]\nlisten = \"x\"\n", want: []string{`config FILE: unknown key "admin"`}},
+		{name: "removed flag in file", file: "pprof-listen = \"127.0.0.1:6060\"\n", want: []string{`config FILE: key "pprof-listen": --pprof-listen was removed: use --admin-listen`}},
 		{name: "config names another", file: "config = \"other.toml\"\n", want: []string{`config FILE: key "config": a config file cannot name another`}},
 		{name: "unknown variable", environ: []string{"EDGE_MAX_CONN_TASK=5"}, want: []string{"unknown environment variable EDGE_MAX_CONN_TASK"}},
 		{name: "variable in lower case", environ: []string{"EDGE_max_tasks=5"}, want: []string{"unknown environment variable EDGE_max_tasks: the variable of --max-tasks is EDGE_MAX_TASKS"}},
+		{name: "removed flag in env", environ: []string{"EDGE_PPROF_LISTEN=x"}, want: []string{"environment variable EDGE_PPROF_LISTEN: --pprof-listen was removed"}},
 		{name: "string for an integer", file: "max-conn-tasks = \"512\"\n", want: []string{`config FILE: key "max-conn-tasks": want an integer, got "512"`}},
 		{name: "integer for a duration", file: "upstream-timeout = 30\n", want: []string{`config FILE: key "upstream-timeout": want a duration string such as "30s", got 30`}},
 		{name: "bad duration", file: "ping-interval = \"soon\"\n", want: []string{`config FILE: key "ping-interval" = "soon": want a duration`}},
@@ -161,6 +164,9 @@ func TestConfigRefused(t *testing.T) {
 		{name: "check names the file", file: "max-tasks = -1\n", want: []string{"max-tasks -1 must be positive (from config FILE)"}},
 		{name: "check names the variable", environ: []string{"EDGE_OUTBOUND_HARD_BYTES=-5"}, want: []string{"outbound-hard-bytes -5 must not be negative (from environment variable EDGE_OUTBOUND_HARD_BYTES)"}},
 		{name: "route without upstream", file: "route = [\"x=memory\"]\n", want: []string{"--route needs an --upstream (from config FILE)"}},
+		{name: "pprof without admin", environ: []string{"EDGE_ADMIN_PPROF=true"}, want: []string{"--admin-pprof needs --admin-listen (from environment variable EDGE_ADMIN_PPROF)"}},
+		{name: "admin on the data port", args: []string{"--listen", "127.0.0.1:8080", "--admin-listen", "127.0.0.1:8080"}, want: []string{"--admin-listen 127.0.0.1:8080 is also the --listen address"}},
+		{name: "bad admin address", file: "admin-listen = \"nowhere\"\n", want: []string{`admin-listen "nowhere"`, "(from config FILE)"}},
 		{
 			name:    "every problem at once",
 			file:    "bogus = 1\nmax-conn-tasks = true\n",
@@ -228,7 +234,7 @@ handshake-timeout = "3s"
 upstream = ["engine=tcp://127.0.0.1:9000", "worker=exec:edge --stdio --log-level \"warn\""]
 route = ["edge/sleep=worker", "edge/*=memory"]
 `)
-	args := []string{"--config", file, "--listen", "127.0.0.1:0", "--stdio"}
+	args := []string{"--config", file, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-pprof"}
 	environ := []string{"EDGE_CANCEL_REPLY=error", "EDGE_UPSTREAM_TIMEOUT=1m30s"}
 	var first bytes.Buffer
 	if err := runConfig(args, environ, &first, io.Discard); err != nil {
@@ -243,7 +249,7 @@ route = ["edge/sleep=worker", "edge/*=memory"]
 		`upstream-timeout = "1m30s"  # from EDGE_UPSTREAM_TIMEOUT`,
 		`upstream = ["engine=tcp://127.0.0.1:9000", "worker=exec:edge --stdio --log-level \"warn\""]`,
 		"max-tasks = 65536\n",
-		"stdio = true  # from --stdio",
+		"admin-pprof = true  # from --admin-pprof",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("edge config output lacks %q:\n%s", want, out)

@@ -11,8 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	_ "net/http/pprof" // served only with --pprof-listen
 	"os"
 	"os/signal"
 	"slices"
@@ -49,7 +47,6 @@ type options struct {
 	logLevel       string
 	workerIdle     time.Duration
 	stdio          bool
-	pprofListen    string
 	subBuffer      int
 	subBufferBytes int
 
@@ -59,7 +56,9 @@ type options struct {
 	routes    []upstream.Route
 	upstream  upstream.Config
 
-	configFile string // --config: the TOML file read under the environment
+	configFile  string // --config: the TOML file read under the environment
+	adminListen string
+	adminPprof  bool
 }
 
 // listFlag collects a repeatable flag. From the environment or the --config
@@ -112,7 +111,8 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.configFile, "config", "", "read flags from this TOML `file` (keys are the flag names; the command line and EDGE_* variables win over it)")
 	fs.StringVar(&c.Listen, "listen", loop.DefaultListen, "WebSocket listen address `host:port`")
 	fs.StringVar(&c.NDJSONListen, "ndjson-listen", "", "also serve NDJSON over TCP on `host:port` (off when empty)")
-	fs.StringVar(&o.pprofListen, "pprof-listen", "", "serve net/http/pprof on this admin `host:port` (off when empty; keep it on loopback)")
+	fs.StringVar(&o.adminListen, "admin-listen", "", "serve /healthz and /readyz over plain HTTP on this admin `host:port` (off when empty; keep it on loopback or a private network)")
+	fs.BoolVar(&o.adminPprof, "admin-pprof", false, "also serve net/http/pprof under /debug/pprof/ on the admin listener")
 	fs.BoolVar(&o.stdio, "stdio", false, "serve one NDJSON session on stdin/stdout instead of listening (logs go to stderr)")
 	fs.StringVar(&c.WSPath, "ws-path", loop.DefaultWSPath, "the HTTP path that upgrades to WebSocket; other paths get 404")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
@@ -208,6 +208,29 @@ func (o *options) check() []error {
 	if o.workerIdle <= 0 {
 		errs = append(errs, fmt.Errorf("worker-idle %s must be positive", o.workerIdle))
 	}
+	errs = append(errs, o.checkAdmin()...)
+	return errs
+}
+
+// checkAdmin checks the admin flags against each other and against the data
+// listeners: the admin listener never shares the data plane's port.
+func (o *options) checkAdmin() []error {
+	var errs []error
+	a := o.adminListen
+	if a == "" {
+		if o.adminPprof {
+			errs = append(errs, errors.New("--admin-pprof needs --admin-listen"))
+		}
+		return errs
+	}
+	if _, _, err := net.SplitHostPort(a); err != nil {
+		return append(errs, fmt.Errorf("admin-listen %q: %v", a, err))
+	}
+	for _, d := range []struct{ name, addr string }{{"listen", o.loop.Listen}, {"ndjson-listen", o.loop.NDJSONListen}} {
+		if d.addr != "" && a == d.addr && !strings.HasSuffix(a, ":0") {
+			errs = append(errs, fmt.Errorf("--admin-listen %s is also the --%s address: the admin listener needs a port of its own", a, d.name))
+		}
+	}
 	return errs
 }
 
@@ -273,20 +296,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	ready := newReadiness(srv, ups, o.routes)
+	adm, err := startAdmin(o, logger, ready)
+	if err != nil {
+		return err
+	}
+	// Deferred after ups.Close, so it runs before it: the admin listener
+	// closes once the gateway has stopped, and /readyz says "draining"
+	// until then.
+	defer stopAdmin(adm, logger)
 	if o.stdio {
+		ready.set(stageServing)
 		return loop.ServeStream(ctx, stdin, stdout, srv, loop.StreamConfig{
 			MaxLineBytes:    o.loop.MaxMessageBytes,
 			ShutdownTimeout: o.loop.ShutdownTimeout,
 		})
-	}
-	if o.pprofListen != "" {
-		ln, err := net.Listen("tcp", o.pprofListen)
-		if err != nil {
-			return fmt.Errorf("pprof-listen: %w", err)
-		}
-		defer ln.Close()
-		go func() { _ = http.Serve(ln, nil) }() // net/http/pprof registers on the default mux
-		logger.Info("pprof", "addr", ln.Addr().String())
 	}
 	o.loop.Logger = logger
 	gw, err := loop.New(o.loop, srv)
@@ -296,6 +320,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err := gw.Start(); err != nil {
 		return err
 	}
+	ready.set(stageServing)
 	addr := gw.Addr().String()
 	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", backends(ups)}
 	if nd := gw.NDJSONAddr(); nd != nil {
@@ -305,12 +330,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	select {
 	case <-ctx.Done():
 	case <-gw.Done():
+		ready.set(stageStopped)
 		return errors.New("event loops stopped unexpectedly")
 	}
+	// Not ready from here on, before the listeners close: load balancers
+	// polling /readyz stop sending new connections while the gateway drains.
+	ready.set(stageDraining)
 	logger.Info("shutting down", "timeout", o.loop.ShutdownTimeout)
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.loop.ShutdownTimeout+5*time.Second)
 	defer cancel()
-	if err := gw.Shutdown(stopCtx); err != nil {
+	err = gw.Shutdown(stopCtx)
+	ready.set(stageStopped)
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	logger.Info("stopped")

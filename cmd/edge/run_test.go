@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,22 +18,26 @@ import (
 )
 
 // edgeWait bounds one awaited effect of the tests of an in-process edge: a
-// log line, an upstream connecting.
+// log line, /readyz changing, an upstream connecting.
 const edgeWait = 10 * time.Second
 
 // edgeProc is edge's run() serving in-process.
 type edgeProc struct {
 	t      *testing.T
+	admin  string // http://host:port of the admin listener, "" when off
 	ws     string // ws://host:port/ of the data listener
 	stderr *testgw.Buffer
 	stop   context.CancelFunc // as SIGTERM
 	done   chan error         // run's result
 }
 
-var listenLine = regexp.MustCompile(`msg=listening addr=(\S+)`)
+var (
+	adminLine  = regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
+	listenLine = regexp.MustCompile(`msg=listening addr=(\S+)`)
+)
 
 // startEdge runs run() with args on a goroutine and waits for its
-// listening log line. t.Cleanup
+// listening log line (and its admin one, with --admin-listen). t.Cleanup
 // stops it and requires run to return nil.
 func startEdge(t *testing.T, args ...string) *edgeProc {
 	t.Helper()
@@ -49,6 +54,7 @@ func startEdge(t *testing.T, args ...string) *edgeProc {
 			t.Logf("edge stderr:\n%s", e.stderr.String())
 		}
 	})
+	withAdmin := slices.Contains(args, "--admin-listen")
 	poll.Until(t, edgeWait, "edge's listening log lines", func() (bool, string) {
 		select {
 		case err := <-e.done:
@@ -60,7 +66,10 @@ func startEdge(t *testing.T, args ...string) *edgeProc {
 		if m := listenLine.FindStringSubmatch(logs); m != nil {
 			e.ws = "ws://" + m[1] + "/"
 		}
-		return e.ws != "", logs
+		if m := adminLine.FindStringSubmatch(logs); m != nil {
+			e.admin = "http://" + m[1]
+		}
+		return e.ws != "" && (e.admin != "" || !withAdmin), logs
 	})
 	return e
 }
