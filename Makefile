@@ -5,9 +5,12 @@ PKGS    := ./...
 
 .PHONY: run test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test
 
-## run: run the gateway on the embedded memory backend (127.0.0.1:8080)
+# ADMIN is the admin listener of `make run` (/healthz, /readyz); ADMIN= turns it off.
+ADMIN   ?= 127.0.0.1:9090
+
+## run: run the gateway on the embedded memory backend (127.0.0.1:8080), admin on http://$(ADMIN)/
 run:
-	$(GO) run ./cmd/edge $(ARGS)
+	$(GO) run ./cmd/edge --admin-listen=$(ADMIN) $(ARGS)
 
 ## build: build bin/edge
 build:

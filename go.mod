@@ -3,6 +3,7 @@ module github.com/openengine/edge
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/gobwas/ws v1.5.0
 	github.com/goccy/go-json v0.10.5
 	github.com/panjf2000/gnet/v2 v2.9.7

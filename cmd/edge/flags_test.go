@@ -13,10 +13,11 @@ import (
 // TestParseFlagsDefaults: with no flags every limit has its documented
 // default.
 func TestParseFlagsDefaults(t *testing.T) {
-	o, err := parseFlags(nil, io.Discard)
+	cfg, err := loadConfig(nil, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	o := cfg.opts
 	c := o.loop
 	for _, f := range []struct {
 		name      string
@@ -52,7 +53,7 @@ func TestParseFlagsRejectsNegativeLimits(t *testing.T) {
 		if strings.HasSuffix(name, "timeout") || name == "worker-idle" || name == "upstream-backoff-max" {
 			val = "-1s"
 		}
-		_, err := parseFlags([]string{"--" + name, val}, io.Discard)
+		_, err := loadConfig([]string{"--" + name, val}, nil, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("--%s %s: error %v, want one naming the flag", name, val, err)
 		}

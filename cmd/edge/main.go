@@ -11,8 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	_ "net/http/pprof" // served only with --pprof-listen
 	"os"
 	"os/signal"
 	"slices"
@@ -38,7 +36,8 @@ func main() {
 	}
 }
 
-// options are the command-line flags.
+// options are the flags, from the command line, the environment or the
+// --config file (config.go).
 type options struct {
 	loop           loop.Config
 	maxConn        int
@@ -48,7 +47,6 @@ type options struct {
 	logLevel       string
 	workerIdle     time.Duration
 	stdio          bool
-	pprofListen    string
 	subBuffer      int
 	subBufferBytes int
 
@@ -57,9 +55,15 @@ type options struct {
 	upstreams []upstream.Spec
 	routes    []upstream.Route
 	upstream  upstream.Config
+
+	configFile  string // --config: the TOML file read under the environment
+	adminListen string
+	adminPprof  bool
 }
 
-// listFlag collects a repeatable flag.
+// listFlag collects a repeatable flag. From the environment or the --config
+// file it gets the whole list at once; on the command line the list given
+// there replaces theirs (config.go).
 type listFlag struct {
 	add  func(string) error
 	seen []string
@@ -72,21 +76,43 @@ func (f *listFlag) Set(s string) error {
 	return f.add(s)
 }
 
+// Get returns the values given so far (flag.Getter): `edge config` prints
+// them as a TOML array.
+func (f *listFlag) Get() any { return slices.Clone(f.seen) }
+
 // DefaultMaxTasks is the default global cap on backend tasks.
 const DefaultMaxTasks = 65536
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge [flags]\n       edge call|subscribe [--timeout D] URL METHOD [PARAMS]\n\nA WebSocket JSON-RPC 2.0 gateway (openengine.cluster/v1 data plane).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+// usage is the head of `edge --help`, before the flags.
+const usage = `Usage: edge [flags]
+       edge config [flags]     print the effective configuration as TOML
+       edge call|subscribe [--timeout D] URL METHOD [PARAMS]
+
+A WebSocket JSON-RPC 2.0 gateway (openengine.cluster/v1 data plane).
+
+Every flag can also be set by an environment variable, EDGE_ followed by the
+flag's name in upper snake case (EDGE_MAX_CONN_TASKS=512), or by a key of the
+TOML file of --config (max-conn-tasks = 512). A flag on the command line wins
+over the environment, which wins over the file. A repeatable flag given on the
+command line replaces the list from the environment or the file; in the
+environment a list is a TOML array:
+EDGE_UPSTREAM='["a=tcp://127.0.0.1:9000", "b=exec:edge --stdio"]'.
+
+Flags:
+`
+
+// defineFlags defines every flag of edge on fs, filling o, and returns the
+// names of the flags whose values are secrets: `edge config` prints those as
+// "<redacted>".
+func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
+	// Tokens and passwords (the access-control flags) are marked here.
+	secret = map[string]bool{}
 	c := &o.loop
+	fs.StringVar(&o.configFile, "config", "", "read flags from this TOML `file` (keys are the flag names; the command line and EDGE_* variables win over it)")
 	fs.StringVar(&c.Listen, "listen", loop.DefaultListen, "WebSocket listen address `host:port`")
 	fs.StringVar(&c.NDJSONListen, "ndjson-listen", "", "also serve NDJSON over TCP on `host:port` (off when empty)")
-	fs.StringVar(&o.pprofListen, "pprof-listen", "", "serve net/http/pprof on this admin `host:port` (off when empty; keep it on loopback)")
+	fs.StringVar(&o.adminListen, "admin-listen", "", "serve /healthz and /readyz over plain HTTP on this admin `host:port` (off when empty; keep it on loopback or a private network)")
+	fs.BoolVar(&o.adminPprof, "admin-pprof", false, "also serve net/http/pprof under /debug/pprof/ on the admin listener")
 	fs.BoolVar(&o.stdio, "stdio", false, "serve one NDJSON session on stdin/stdout instead of listening (logs go to stderr)")
 	fs.StringVar(&c.WSPath, "ws-path", loop.DefaultWSPath, "the HTTP path that upgrades to WebSocket; other paths get 404")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
@@ -125,15 +151,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
+	return secret
+}
+
+// check reports every problem of o at once; each error starts with the name
+// of the flag it is about (config.go says where that value came from).
+func (o *options) check() []error {
+	c := &o.loop
 	var errs []error
 	if err := c.Validate(); err != nil {
-		errs = append(errs, err)
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, j.Unwrap()...) // one error per flag
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	if c.Listen == "" {
 		errs = append(errs, errors.New("listen must not be empty"))
@@ -177,10 +208,30 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.workerIdle <= 0 {
 		errs = append(errs, fmt.Errorf("worker-idle %s must be positive", o.workerIdle))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("bad flags:\n%w", err)
+	errs = append(errs, o.checkAdmin()...)
+	return errs
+}
+
+// checkAdmin checks the admin flags against each other and against the data
+// listeners: the admin listener never shares the data plane's port.
+func (o *options) checkAdmin() []error {
+	var errs []error
+	a := o.adminListen
+	if a == "" {
+		if o.adminPprof {
+			errs = append(errs, errors.New("--admin-pprof needs --admin-listen"))
+		}
+		return errs
 	}
-	return o, nil
+	if _, _, err := net.SplitHostPort(a); err != nil {
+		return append(errs, fmt.Errorf("admin-listen %q: %v", a, err))
+	}
+	for _, d := range []struct{ name, addr string }{{"listen", o.loop.Listen}, {"ndjson-listen", o.loop.NDJSONListen}} {
+		if d.addr != "" && a == d.addr && !strings.HasSuffix(a, ":0") {
+			errs = append(errs, fmt.Errorf("--admin-listen %s is also the --%s address: the admin listener needs a port of its own", a, d.name))
+		}
+	}
+	return errs
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -191,43 +242,36 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// run wires the gateway from args and serves until ctx is cancelled, then
-// shuts down gracefully (CONTRACT.md section 9).
+// run wires the gateway from args (and the environment, and the --config
+// file) and serves until ctx is cancelled, then shuts down gracefully
+// (CONTRACT.md section 9).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && (args[0] == "call" || args[0] == "subscribe") {
-		return runClient(ctx, args[0], args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "call", "subscribe":
+			return runClient(ctx, args[0], args[1:], stdout, stderr)
+		case "config":
+			return runConfig(args[1:], os.Environ(), stdout, stderr)
+		}
 	}
-	o, err := parseFlags(args, stderr)
+	environ := os.Environ()
+	cfg, err := loadConfig(args, environ, stderr)
 	if err != nil {
 		return err
 	}
+	scrubEnv(environ)
+	o := cfg.opts
 	level, _ := parseLevel(o.logLevel)
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	reg := rpc.DefaultRegistry()
-	if o.registry != "" {
-		f, err := os.Open(o.registry)
-		if err != nil {
-			return fmt.Errorf("registry: %w", err)
-		}
-		reg, err = rpc.LoadOpenRPC(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("registry %s: %w", o.registry, err)
-		}
+	o.upstream.Logger = logger
+	reg, ups, err := prepare(o)
+	if err != nil {
+		return err
 	}
 	cancelReply, _ := rpc.ParseCancelReply(o.cancelReply)
 	pool := backend.NewPool(o.maxTasks, o.workerIdle)
 	defer pool.Close()
 	mem := backend.NewMemory()
-	o.upstream.MaxMessageBytes = o.loop.MaxMessageBytes
-	o.upstream.Logger = logger
-	ups, err := upstream.NewSet(o.upstreams, o.routes, o.upstream)
-	if err != nil {
-		return err
-	}
-	if err := checkRoutes(ups, reg); err != nil {
-		return err
-	}
 	var forward func(string) backend.Forwarder
 	if !ups.Empty() {
 		forward = ups.Forwarder
@@ -252,20 +296,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	ready := newReadiness(srv, ups, o.routes)
+	adm, err := startAdmin(o, logger, ready)
+	if err != nil {
+		return err
+	}
+	// Deferred after ups.Close, so it runs before it: the admin listener
+	// closes once the gateway has stopped, and /readyz says "draining"
+	// until then.
+	defer stopAdmin(adm, logger)
 	if o.stdio {
+		ready.set(stageServing)
 		return loop.ServeStream(ctx, stdin, stdout, srv, loop.StreamConfig{
 			MaxLineBytes:    o.loop.MaxMessageBytes,
 			ShutdownTimeout: o.loop.ShutdownTimeout,
 		})
-	}
-	if o.pprofListen != "" {
-		ln, err := net.Listen("tcp", o.pprofListen)
-		if err != nil {
-			return fmt.Errorf("pprof-listen: %w", err)
-		}
-		defer ln.Close()
-		go func() { _ = http.Serve(ln, nil) }() // net/http/pprof registers on the default mux
-		logger.Info("pprof", "addr", ln.Addr().String())
 	}
 	o.loop.Logger = logger
 	gw, err := loop.New(o.loop, srv)
@@ -275,6 +320,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err := gw.Start(); err != nil {
 		return err
 	}
+	ready.set(stageServing)
 	addr := gw.Addr().String()
 	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", backends(ups)}
 	if nd := gw.NDJSONAddr(); nd != nil {
@@ -284,16 +330,50 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	select {
 	case <-ctx.Done():
 	case <-gw.Done():
+		ready.set(stageStopped)
 		return errors.New("event loops stopped unexpectedly")
 	}
+	// Not ready from here on, before the listeners close: load balancers
+	// polling /readyz stop sending new connections while the gateway drains.
+	ready.set(stageDraining)
 	logger.Info("shutting down", "timeout", o.loop.ShutdownTimeout)
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.loop.ShutdownTimeout+5*time.Second)
 	defer cancel()
-	if err := gw.Shutdown(stopCtx); err != nil {
+	err = gw.Shutdown(stopCtx)
+	ready.set(stageStopped)
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// prepare builds what the configuration names before anything starts: the
+// method registry (the built-in one, or --registry's file) and the upstream
+// set (not started), and checks the routes against the registry. Its errors
+// make a configuration invalid for `edge config` too.
+func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
+	reg := rpc.DefaultRegistry()
+	if o.registry != "" {
+		f, err := os.Open(o.registry)
+		if err != nil {
+			return nil, nil, fmt.Errorf("registry: %w", err)
+		}
+		reg, err = rpc.LoadOpenRPC(f)
+		f.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("registry %s: %w", o.registry, err)
+		}
+	}
+	o.upstream.MaxMessageBytes = o.loop.MaxMessageBytes
+	ups, err := upstream.NewSet(o.upstreams, o.routes, o.upstream)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkRoutes(ups, reg); err != nil {
+		return nil, nil, err
+	}
+	return reg, ups, nil
 }
 
 // checkRoutes refuses a subscription method routed to an upstream that can

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/openengine/edge/admin"
+	"github.com/openengine/edge/rpc"
+	"github.com/openengine/edge/upstream"
+)
+
+// adminStopTimeout bounds how long the admin listener waits for requests
+// being served (a CPU profile, say) when edge stops.
+const adminStopTimeout = 2 * time.Second
+
+// stage is where the gateway is in its life, for /readyz. Legal transitions:
+// stageStarting -> stageServing -> stageDraining -> stageStopped, and
+// stageServing -> stageStopped when the event loops stop unexpectedly.
+type stage int32
+
+const (
+	stageStarting stage = iota // the data listeners are not up yet
+	stageServing               // the data listeners are up
+	stageDraining              // shutdown began: no new connections or requests
+	stageStopped               // the gateway has stopped
+)
+
+// readiness answers /readyz (CONTRACT.md section 12): ready when the data
+// listeners are up, the server is not draining, and every upstream a route
+// sends to (the default route's too) has a connected replica connection.
+// The memory backend is always ready.
+type readiness struct {
+	stage   atomic.Int32         // a stage
+	srv     *rpc.Server          // immutable after newReadiness
+	targets []*upstream.Upstream // immutable after newReadiness: each once, in order
+}
+
+// newReadiness returns the readiness of srv with the upstreams of ups that
+// routes (and the default route) send to.
+func newReadiness(srv *rpc.Server, ups *upstream.Set, routes []upstream.Route) *readiness {
+	r := &readiness{srv: srv}
+	all := ups.Upstreams()
+	seen := make(map[string]bool)
+	add := func(name string) {
+		if name == upstream.Memory || seen[name] {
+			return
+		}
+		for _, u := range all {
+			if u.Name() == name {
+				seen[name] = true
+				r.targets = append(r.targets, u)
+			}
+		}
+	}
+	if len(all) > 0 {
+		add(all[0].Name()) // the default route: methods no route matches
+	}
+	for _, rt := range routes {
+		add(rt.Target)
+	}
+	return r
+}
+
+// set moves the gateway to stage s. Safe for concurrent use.
+func (r *readiness) set(s stage) { r.stage.Store(int32(s)) }
+
+// reasons says why the gateway should not get traffic now, nothing when it
+// should. Safe for concurrent use; it reads atomics only, never blocks and
+// never touches the event loops.
+func (r *readiness) reasons() []string {
+	var out []string
+	switch st := stage(r.stage.Load()); {
+	case st == stageStopped:
+		out = append(out, "stopped")
+	case st == stageDraining || r.srv.Draining():
+		out = append(out, "draining")
+	case st == stageStarting:
+		out = append(out, "starting: the listeners are not up yet")
+	}
+	for _, u := range r.targets {
+		if up, total := u.Connected(); up == 0 {
+			out = append(out, fmt.Sprintf("upstream %s: %d of %d connections up", u.Name(), up, total))
+		}
+	}
+	return out
+}
+
+// startAdmin starts the admin listener of --admin-listen, or returns nil
+// when it is off. Endpoints of later work (/metrics, the dashboard at /) are
+// registered here with adm.Handle, before Start.
+func startAdmin(o *options, logger *slog.Logger, ready *readiness) (*admin.Server, error) {
+	if o.adminListen == "" {
+		return nil, nil
+	}
+	adm, err := admin.New(admin.Config{
+		Listen: o.adminListen,
+		Pprof:  o.adminPprof,
+		Ready:  ready.reasons,
+		Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := adm.Start(); err != nil {
+		return nil, fmt.Errorf("admin-listen: %w", err)
+	}
+	addr := adm.Addr().String()
+	logger.Info("admin listening", "addr", addr, "url", "http://"+addr+"/", "endpoints", strings.Join(adm.Patterns(), " "))
+	return adm, nil
+}
+
+// stopAdmin closes the admin listener, if there is one, once the gateway
+// has stopped.
+func stopAdmin(adm *admin.Server, logger *slog.Logger) {
+	if adm == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminStopTimeout)
+	defer cancel()
+	if err := adm.Shutdown(ctx); err != nil {
+		logger.Warn("admin listener: requests cut short", "err", err)
+	}
+}

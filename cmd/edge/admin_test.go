@@ -1,0 +1,213 @@
+package main
+
+// Tests of the admin listener as edge wires it (--admin-listen,
+// --admin-pprof), on an in-process edge (startEdge).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/internal/poll"
+	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/loop"
+)
+
+// httpClient has no keep-alive, so that no idle connection outlives a test,
+// and a bound on each request.
+var httpClient = &http.Client{Timeout: readTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// get fetches path from the admin listener and returns the status and body.
+func (e *edgeProc) get(path string) (int, string) {
+	e.t.Helper()
+	res, err := httpClient.Get(e.admin + path)
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", path, err)
+	}
+	return res.StatusCode, string(body)
+}
+
+// readyz is /readyz's answer.
+type readyz struct {
+	status  int
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons"`
+}
+
+func (e *edgeProc) readyz() readyz {
+	e.t.Helper()
+	status, body := e.get("/readyz")
+	r := readyz{status: status}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		e.t.Fatalf("/readyz body %q: %v", body, err)
+	}
+	if r.Ready != (status == http.StatusOK) {
+		e.t.Fatalf("/readyz: status %d with body %s", status, body)
+	}
+	return r
+}
+
+// untilReady polls /readyz until its status is want and, for a 503, until
+// one of its reasons contains reason.
+func (e *edgeProc) untilReady(want int, reason string) readyz {
+	e.t.Helper()
+	var r readyz
+	poll.Until(e.t, edgeWait, fmt.Sprintf("/readyz %d %q", want, reason), func() (bool, string) {
+		r = e.readyz()
+		ok := r.status == want && (reason == "" || slices.ContainsFunc(r.Reasons, func(s string) bool { return strings.Contains(s, reason) }))
+		return ok, fmt.Sprintf("%d %q", r.status, r.Reasons)
+	})
+	return r
+}
+
+// TestAdminHealthAndReady: with --admin-listen, /healthz answers 200 "ok"
+// and /readyz 200 {"ready":true} once the data listener is up, on a port of
+// their own; the start-up log names the admin URL. The admin listener
+// closes when edge has stopped.
+func TestAdminHealthAndReady(t *testing.T) {
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0")
+	if status, body := e.get("/healthz"); status != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q, want 200 ok", status, body)
+	}
+	if r := e.readyz(); r.status != http.StatusOK || len(r.Reasons) > 0 {
+		t.Errorf("/readyz: %d %q, want 200 and no reasons", r.status, r.Reasons)
+	}
+	if status, _ := e.get("/debug/pprof/"); status != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --admin-pprof: %d, want 404", status)
+	}
+	if !strings.Contains(e.stderr.String(), `url=`+e.admin+`/`) {
+		t.Errorf("no admin URL in the log:\n%s", e.stderr.String())
+	}
+	e.stop()
+	if err := e.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := httpClient.Get(e.admin + "/healthz"); err == nil {
+		t.Errorf("the admin listener still answers after edge stopped")
+	}
+}
+
+// TestAdminPprof: /debug/pprof/ is served only with --admin-pprof.
+func TestAdminPprof(t *testing.T) {
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0", "--admin-pprof")
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+		if status, _ := e.get(path); status != http.StatusOK {
+			t.Errorf("%s: %d, want 200", path, status)
+		}
+	}
+}
+
+// TestAdminReadyzDraining: on SIGTERM (ctx cancelled) /readyz answers 503
+// "draining" for as long as the gateway drains, while /healthz still
+// answers 200; a request held in flight on an edge/gate keeps the drain
+// going until the client cancels it, then edge stops and the admin listener
+// closes after it.
+func TestAdminReadyzDraining(t *testing.T) {
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0", "--shutdown-timeout", "30s")
+	e.untilReady(http.StatusOK, "")
+	ctx, cancel := context.WithTimeout(context.Background(), edgeWait)
+	defer cancel()
+	c, err := client.Dial(ctx, e.ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	gateCtx, release := context.WithCancel(ctx)
+	defer release()
+	gated := make(chan error, 1)
+	go func() { gated <- c.Call(gateCtx, "edge/gate", map[string]string{"name": "drain"}, nil) }()
+	poll.Until(t, edgeWait, "the gate to be in flight", func() (bool, string) {
+		var st struct {
+			InFlightIDs int `json:"inFlightIds"`
+		}
+		if err := c.Call(ctx, "edge/stats", struct{}{}, &st); err != nil {
+			t.Fatalf("edge/stats: %v", err)
+		}
+		return st.InFlightIDs == 1, fmt.Sprint(st)
+	})
+
+	e.stop()
+	r := e.untilReady(http.StatusServiceUnavailable, "draining")
+	if status, body := e.get("/healthz"); status != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz while draining: %d %q, want 200 ok", status, body)
+	}
+	if e.returned() {
+		t.Fatalf("run returned with the gate in flight")
+	}
+	t.Logf("/readyz while draining: %d %q", r.status, r.Reasons)
+
+	release() // the client sends $/cancelRequest: nothing is left in flight
+	<-gated
+	if err := e.wait(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if _, err := httpClient.Get(e.admin + "/readyz"); err == nil {
+		t.Errorf("the admin listener still answers after edge stopped")
+	}
+}
+
+// TestAdminReadyzUpstream: /readyz answers 503 naming the upstream while
+// the default route's upstream has no connected connection (its port is
+// closed), 200 once an NDJSON edge listens there and edge has connected,
+// and 503 again when that edge goes away. A route to memory needs nothing.
+func TestAdminReadyzUpstream(t *testing.T) {
+	addr := testgw.FreeAddr(t, "127.0.0.2") // closed now
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0",
+		"--upstream", "engine=tcp://"+addr, "--route", "edge/*=memory",
+		"--upstream-conns", "2", "--upstream-backoff-max", "50ms")
+	r := e.untilReady(http.StatusServiceUnavailable, "upstream engine: 0 of 2 connections up")
+	if len(r.Reasons) != 1 {
+		t.Errorf("/readyz reasons %q, want only the upstream's", r.Reasons)
+	}
+
+	up := testgw.Start(t, testgw.Config{Loop: loop.Config{Loops: 1, NDJSONListen: addr}, QuietLogs: true})
+	e.untilReady(http.StatusOK, "")
+
+	testgw.Stop(t, up.Srv)
+	e.untilReady(http.StatusServiceUnavailable, "upstream engine: 0 of 2 connections up")
+}
+
+// TestAdminStdio: the admin listener serves beside --stdio too: ready while
+// the session runs.
+func TestAdminStdio(t *testing.T) {
+	s, _, stderr := startStdio(t, "--admin-listen", "127.0.0.1:0")
+	var admin string
+	poll.Until(t, edgeWait, "the admin log line", func() (bool, string) {
+		m := adminLine.FindStringSubmatch(stderr.String())
+		if m != nil {
+			admin = "http://" + m[1]
+		}
+		return m != nil, stderr.String()
+	})
+	e := &edgeProc{t: t, admin: admin}
+	e.untilReady(http.StatusOK, "")
+	s.send(echoReq("1", "a"))
+	if got := s.recv(); got != echoRes("1", "a") {
+		t.Fatalf("got %s", got)
+	}
+}
+
+// TestAdminListenRefused: an admin address that is taken fails start-up
+// with an error naming --admin-listen, before the gateway listens.
+func TestAdminListenRefused(t *testing.T) {
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0")
+	taken := strings.TrimPrefix(e.admin, "http://")
+	stdout, stderr, err := cliRun(t, "--listen", "127.0.0.1:0", "--admin-listen", taken)
+	if err == nil || !strings.Contains(err.Error(), "admin-listen") {
+		t.Fatalf("error %v, want one naming admin-listen; stdout %q stderr %q", err, stdout, stderr)
+	}
+	if strings.Contains(stderr, "msg=listening") {
+		t.Errorf("the gateway listened before the admin listener failed:\n%s", stderr)
+	}
+}
