@@ -96,6 +96,7 @@ type conn struct {
 
 	lastRead time.Time // last time bytes arrived
 	pinged   bool      // a server ping is outstanding since lastRead
+	pingedAt time.Time // when that ping was queued
 	deadline time.Time // handshake or closing deadline
 
 	// paused is set while the connection is over its soft outbound cap: its
@@ -450,11 +451,13 @@ func (w *conn) tick(now time.Time) {
 		if w.proto != protoWebSocket {
 			return
 		}
+		// Closed only PongTimeout after a ping: a sweep that comes late
+		// (a busy loop) pings first.
 		switch {
-		case silent >= cfg.PingInterval+cfg.PongTimeout:
+		case w.pinged && now.Sub(w.pingedAt) >= cfg.PongTimeout:
 			w.closeFor(causeIdle)
 		case silent >= cfg.PingInterval && !w.pinged:
-			w.pinged = true
+			w.pinged, w.pingedAt = true, now
 			w.appendFrame(ws.OpPing, nil)
 		}
 	case stateClosing:

@@ -445,3 +445,23 @@ func TestCloseTimeout(t *testing.T) {
 		h.expectClosedWithin(t0.Add(DefaultCloseTimeout))
 	})
 }
+
+// TestLateSweepPingsBeforeClosing: a loop busy for longer than PingInterval +
+// PongTimeout sweeps a silent connection late, once. It used to close it
+// there and then (1001) although it was never pinged (CONTRACT.md section 1.1:
+// a ping first, then PongTimeout more of silence). Now that sweep pings, and
+// the close comes PongTimeout after the ping.
+func TestLateSweepPingsBeforeClosing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newClock(t)
+		h.upgrade()
+		// No sweep for 61 s: the loop was busy.
+		time.Sleep(DefaultPingInterval + DefaultPongTimeout + time.Second)
+		late := time.Now()
+		h.advance(time.Millisecond)
+		h.expectFrames(want{"ping", late})
+		h.expectOpen()
+		h.advance(DefaultPongTimeout + time.Minute)
+		h.expectFrames(want{"close 1001 idle timeout", late.Add(DefaultPongTimeout)})
+	})
+}
