@@ -3,7 +3,7 @@ GO      ?= go
 FUZZTIME ?= 30s
 PKGS    := ./...
 
-.PHONY: run test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test
+.PHONY: run test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test dashboard-png
 
 # ADMIN is the admin listener of `make run` (/healthz, /readyz); ADMIN= turns it off.
 ADMIN   ?= 127.0.0.1:9090
@@ -32,6 +32,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+## dashboard-png: rewrite docs/dashboard.png, the dashboard with 20 s of a fake load (needs chromium; ~30 s)
+dashboard-png:
+	$(GO) test -count=1 -run '^TestDocsScreenshot$$' ./dashboard -docs-png "$(CURDIR)/docs/dashboard.png"
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
