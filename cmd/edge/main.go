@@ -22,6 +22,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/loop"
+	"github.com/openengine/edge/metrics"
 	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/upstream"
 )
@@ -258,13 +259,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			ShutdownTimeout: o.loop.ShutdownTimeout,
 		})
 	}
+	var admin *http.ServeMux
 	if o.pprofListen != "" {
 		ln, err := net.Listen("tcp", o.pprofListen)
 		if err != nil {
 			return fmt.Errorf("pprof-listen: %w", err)
 		}
 		defer ln.Close()
-		go func() { _ = http.Serve(ln, nil) }() // net/http/pprof registers on the default mux
+		admin = http.NewServeMux()
+		admin.Handle("/debug/pprof/", http.DefaultServeMux) // net/http/pprof registers on the default mux
+		go func() { _ = http.Serve(ln, admin) }()
 		logger.Info("pprof", "addr", ln.Addr().String())
 	}
 	o.loop.Logger = logger
@@ -274,6 +278,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err := gw.Start(); err != nil {
 		return err
+	}
+	if admin != nil {
+		// Until the admin listener serves them (issue 13).
+		mountMetrics(admin, metrics.New(gw, srv, ups))
 	}
 	addr := gw.Addr().String()
 	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", backends(ups)}
@@ -294,6 +302,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// mountMetrics serves /metrics and /api/stats of m on mux.
+func mountMetrics(mux *http.ServeMux, m *metrics.Metrics) {
+	mux.Handle("/metrics", m.Handler())
+	mux.Handle("/api/stats", m.StatsHandler())
 }
 
 // checkRoutes refuses a subscription method routed to an upstream that can
