@@ -363,3 +363,68 @@ func checkMetrics(t *testing.T, s scrape, want []metricCheck) {
 		}
 	}
 }
+
+// TestMetricsScrapedUnderLoad: scrapes taken while clients pipeline
+// requests on both event loops read the loops' counters through the
+// snapshot task, not behind their backs (go test -race sees every scrape
+// against the loops' writes), never go backwards, and once the load has
+// been answered count exactly what was sent.
+func TestMetricsScrapedUnderLoad(t *testing.T) {
+	const clients, rounds, window = 4, 10, 250
+	const perClient = rounds * window
+	gw := startGateway(t)
+	hs := httptest.NewServer(metrics.New(gw.srv, gw.rpc, nil).Handler())
+	t.Cleanup(hs.Close)
+	done := make(chan struct{})
+	errs := make(chan error, clients)
+	for range clients {
+		c := dial(t, gw)
+		reqs, _ := pipelinedEchoes(window, 16)
+		go func() {
+			errs <- func() error {
+				for range rounds {
+					c.conn.SetWriteDeadline(time.Now().Add(readTimeout))
+					if _, err := c.conn.Write(reqs); err != nil {
+						return err
+					}
+					for range window {
+						if _, _, err := c.readFrame(readTimeout); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	go func() {
+		for range clients {
+			if err := <-errs; err != nil {
+				t.Errorf("client: %v", err)
+			}
+		}
+		close(done)
+	}()
+	last := 0.0
+	for scrapes := 0; ; scrapes++ {
+		s := scrapeMetrics(t, hs.URL+"/metrics")
+		n, _ := s.value("edge_requests_total", "method=edge/echo", "outcome=ok")
+		if n < last {
+			t.Fatalf("scrape %d: %v echo requests, fewer than the %v before", scrapes, n, last)
+		}
+		last = n
+		select {
+		case <-done:
+			t.Logf("%d scrapes during the load", scrapes+1)
+			s = scrapeMetrics(t, hs.URL+"/metrics")
+			checkMetrics(t, s, []metricCheck{
+				{"edge_requests_total", []string{"method=edge/echo", "outcome=ok"}, clients * perClient},
+				{"edge_request_duration_seconds", []string{"method=edge/echo"}, clients * perClient},
+				{"edge_connections_accepted_total", []string{"transport=ws"}, clients},
+				{"edge_metrics_stale_loops", nil, 0},
+			})
+			return
+		default:
+		}
+	}
+}
