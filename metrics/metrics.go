@@ -4,6 +4,33 @@
 // fields that they alone write (loop.Server.Stats collects them on the
 // loops), the upstreams count atomically off the loops, and everything is
 // turned into metrics at scrape time. Nothing here runs per request.
+//
+// The metrics of /metrics:
+//
+//	edge_connections{transport}                      gauge      open client connections (ws, ndjson)
+//	edge_connections_accepted_total{transport}       counter    accepted
+//	edge_connections_rejected_total{reason}          counter    refused before JSON-RPC: bad_request, not_found,
+//	                                                            header_too_large, upgrade_required, handshake_timeout,
+//	                                                            handshake_aborted, draining, accept_paused
+//	edge_connections_closed_total{code}              counter    ended, by close code: 1000 1001 1002 1003 1006 1007
+//	                                                            1008 1009 4401 other
+//	edge_connections_paused                          gauge      reads paused for backpressure
+//	edge_outbound_pending_bytes                      gauge      output not yet taken by the kernel
+//	edge_requests_total{method,outcome}              counter    outcome: ok error cancelled busy rate_limited
+//	                                                            timeout unavailable; method: registry name or other
+//	edge_request_duration_seconds{method}            histogram  admission to answer queued
+//	edge_requests_in_flight                          gauge      admitted, answer owed
+//	edge_subscriptions                               gauge      not ended
+//	edge_events_delivered_total                      counter    subscription events handed to connections
+//	edge_slow_consumers_total{kind}                  counter    subscription (SLOW_CONSUMER), connection (1008)
+//	edge_upstream_connections_up{upstream}           gauge      upstream connections taking calls
+//	edge_upstream_connections{upstream}              gauge      upstream connections configured
+//	edge_upstream_requests_total{upstream,outcome}   counter    outcome: ok error cancelled timeout unavailable
+//	edge_upstream_request_duration_seconds{upstream} histogram  forwarded to answered
+//	edge_upstream_messages_dropped_total{upstream}   counter    upstream messages dropped
+//	edge_metrics_stale_loops                         gauge      loops that missed the last scrape's deadline
+//
+// and the Go runtime's (go_*) and the process's (process_*).
 package metrics
 
 import (
