@@ -126,6 +126,9 @@ func (a *acceptor) run() {
 func (a *acceptor) register(c *net.TCPConn) error {
 	a.dropSpare()
 	_, err := a.srv.cli.EnrollContext(c, a.proto)
+	if err == nil {
+		a.srv.accepted[a.proto-1].Add(1)
+	}
 	return err
 }
 
@@ -164,6 +167,7 @@ func (a *acceptor) pause(err error) bool {
 	} else {
 		a.timer.Reset(a.delay)
 	}
+	a.srv.acceptPauses.Add(1)
 	a.srv.starved.Add(1)
 	defer a.srv.starved.Add(-1)
 	select {

@@ -109,6 +109,10 @@ type conn struct {
 	// connection is gone and the output goes here (halfclose.go).
 	eof       *tailWriter
 	subsEnded bool // after eof: the session's subscriptions were ended
+
+	// code is the close code the connection ends with: the server's, or
+	// the peer's that it answered; 0 while none was sent (stats.go).
+	code ws.StatusCode
 }
 
 // setState moves w to state s. A transition the table of connState does not
@@ -310,6 +314,9 @@ func (w *conn) traffic(buf []byte, now time.Time) int {
 
 // slowConsumer closes with 1008 (causeSlowConsumer).
 func (w *conn) slowConsumer() {
+	if w.state == stateOpen {
+		w.l.counts.slow++
+	}
 	w.closeFor(causeSlowConsumer)
 	if w.eof != nil {
 		w.eof.abort()
@@ -367,6 +374,7 @@ func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 	if w.state != stateOpen {
 		return
 	}
+	w.code = code
 	w.out = w.output()
 	if !keep {
 		w.out = w.out[:0]
@@ -419,6 +427,7 @@ func (w *conn) unpause(now time.Time) {
 func (w *conn) goAway() {
 	switch w.state {
 	case stateHandshake:
+		w.l.counts.rejected[rejectDraining]++
 		w.setState(stateClosing)
 		w.hangup = true
 		w.l.markDirty(w)
@@ -435,6 +444,7 @@ func (w *conn) tick(now time.Time) {
 	switch w.state {
 	case stateHandshake:
 		if now.After(w.deadline) {
+			w.l.counts.rejected[rejectHandshakeTimeout]++
 			w.setState(stateClosing)
 			w.hangup = true
 			w.l.markDirty(w)
@@ -488,6 +498,7 @@ func (w *conn) stalled(now time.Time) bool {
 
 // closed runs from OnClose: the session ends and every resource is released.
 func (w *conn) closed() {
+	w.countClose()
 	if w.sess != nil {
 		w.sess.Close()
 	}

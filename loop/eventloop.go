@@ -49,6 +49,14 @@ type eventLoop struct {
 	epfd  int     // immutable: the loop's epoll descriptor, -1 if unknown
 
 	sweeping bool // guarded by mu: a sweep is queued on the loop
+
+	// ctr is the request counters the loop's sessions share, counts the
+	// loop's connection counters; a snapshot task copies both into snap
+	// (stats.go).
+	ctr    *rpc.Counters // immutable pointer, loop-owned Counters
+	counts loopCounters  // loop-owned
+	snapMu sync.Mutex
+	snap   loopSnapshot // guarded by snapMu: the counters as of the last snapshot task
 }
 
 // Output buffers: a new one has minOutBuf bytes; one larger than maxSpareBuf
@@ -93,6 +101,7 @@ func (l *eventLoop) Turn() *rpc.Turn { return l.turn }
 
 // drain applies every queued completion and flushes. Runs on the loop.
 func (l *eventLoop) drain(context.Context) error {
+	l.clock(time.Now())
 	l.mu.Lock()
 	l.scheduled = false
 	l.applyLocked()
@@ -135,6 +144,7 @@ func (l *eventLoop) endTurn() {
 		l.mu.Unlock()
 		return
 	}
+	l.clock(time.Now())
 	l.applyLocked()
 }
 
@@ -191,6 +201,7 @@ func (l *eventLoop) sweepPaused(context.Context) error {
 		return nil
 	}
 	now := time.Now()
+	l.clock(now)
 	list := l.paused
 	l.paused = nil
 	for i, w := range list {
@@ -290,6 +301,7 @@ func (l *eventLoop) sweep(context.Context) error {
 	l.sweeping = false
 	l.mu.Unlock()
 	now := time.Now()
+	l.clock(now)
 	// Iterate backwards: a connection closed during the sweep is swap-removed.
 	for i := len(l.conns) - 1; i >= 0; i-- {
 		if i < len(l.conns) {
@@ -303,6 +315,7 @@ func (l *eventLoop) sweep(context.Context) error {
 
 // closeAll closes every connection for shutdown with 1001 going away. Runs on the loop.
 func (l *eventLoop) closeAll(context.Context) error {
+	l.clock(time.Now())
 	for i := len(l.conns) - 1; i >= 0; i-- {
 		if i < len(l.conns) {
 			l.conns[i].goAway()

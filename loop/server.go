@@ -45,6 +45,9 @@ type Server struct {
 	quitOnce  sync.Once
 	starved   atomic.Int32 // acceptors pausing for want of descriptors
 
+	accepted     [NumTransports]atomic.Uint64 // connections registered, by transport (stats.go)
+	acceptPauses atomic.Uint64                // acceptor pauses (rejectAcceptPaused)
+
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
 }
@@ -142,9 +145,10 @@ func (s *Server) loopOf(el gnet.EventLoop) *eventLoop {
 	defer s.mu.Unlock()
 	l := s.loops[el]
 	if l == nil {
-		l = &eventLoop{srv: s, el: el, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes}
+		l = &eventLoop{srv: s, el: el, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes, ctr: &rpc.Counters{}}
 		if s.rpc != nil {
 			l.turn = s.rpc.NewTurn()
+			l.ctr = s.rpc.NewCounters()
 		}
 		if l.epfd < 0 {
 			s.cfg.Logger.Warn("cannot pause reads on this gnet build; slow consumers that keep sending are closed instead")
@@ -166,10 +170,11 @@ func (s *Server) eventLoops() []*eventLoop {
 
 // OnOpen implements gnet.EventHandler.
 func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	l := s.loopOf(c.EventLoop())
 	if s.rpc != nil && s.rpc.Draining() {
+		l.counts.rejected[rejectDraining]++
 		return nil, gnet.Close
 	}
-	l := s.loopOf(c.EventLoop())
 	now := time.Now()
 	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout)}
 	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
@@ -188,6 +193,7 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	}
 	now := time.Now()
+	w.l.clock(now)
 	if w.paused {
 		if !w.Writable() {
 			// Fallback when reads cannot be paused: input piles up in gnet's

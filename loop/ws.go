@@ -57,6 +57,7 @@ func (w *conn) event(ev codec.Event) {
 		// What this turn already queued (the 101, a pong, answers) goes out
 		// before it: only a close the server decides on discards output
 		// (CONTRACT.md section 1.1).
+		w.code = ev.Code
 		w.out = w.output()
 		if ev.Code == ws.StatusNoStatusRcvd {
 			w.out = codec.AppendFrame(w.out, ws.OpClose, nil)
@@ -106,14 +107,14 @@ func (w *conn) handshake(buf []byte) int {
 	case errors.Is(err, codec.ErrNeedMore):
 		return 0
 	case errors.Is(err, codec.ErrHeaderTooLarge):
-		w.reject(431)
+		w.reject(rejectHeaderTooLarge)
 		return len(buf)
 	case err != nil:
-		w.reject(400)
+		w.reject(rejectBadRequest)
 		return len(buf)
 	}
 	if status := codec.CheckUpgrade(&req, cfg.WSPath); status != 101 {
-		w.reject(status)
+		w.reject(rejectFor(status))
 		return len(buf)
 	}
 	w.out = codec.AppendAccept(w.l.getBuf(), req.Key)
@@ -122,9 +123,10 @@ func (w *conn) handshake(buf []byte) int {
 	return n
 }
 
-// reject answers a failed upgrade with an HTTP error and closes.
-func (w *conn) reject(status int) {
-	w.out = codec.AppendHTTPError(w.l.getBuf(), status)
+// reject answers a failed upgrade with its HTTP error and closes.
+func (w *conn) reject(r rejectReason) {
+	w.l.counts.rejected[r]++
+	w.out = codec.AppendHTTPError(w.l.getBuf(), rejectReasons[r].status)
 	w.setState(stateClosing)
 	w.hangup = true
 	w.l.markDirty(w)

@@ -3,6 +3,7 @@ package rpc
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	json "github.com/goccy/go-json"
 )
@@ -24,12 +25,16 @@ const (
 type Method struct {
 	Name string
 	Kind MethodKind
+	// slot is the method's entry in Counters.Methods: 1 + its position in
+	// the registry's names; 0 outside the registry (Counters' "other").
+	slot int
 }
 
 // Registry says which method names exist and which establish subscriptions
 // (CONTRACT.md section 8). Immutable after construction; safe for concurrent use.
 type Registry struct {
 	methods map[string]*Method
+	names   []string // the methods' names, sorted: Method.slot - 1 indexes it
 }
 
 // oecpUnary and oecpSubscriptions are the OECP v1 methods (seed openrpc.json).
@@ -56,6 +61,13 @@ func NewRegistry(unary, subscriptions []string) *Registry {
 	add(edgeUnary, Unary)
 	add(edgeSubscriptions, Subscription)
 	add([]string{"edge/stats"}, Local)
+	for n := range r.methods {
+		r.names = append(r.names, n)
+	}
+	slices.Sort(r.names)
+	for i, n := range r.names {
+		r.methods[n].slot = i + 1
+	}
 	return r
 }
 

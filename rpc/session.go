@@ -61,6 +61,10 @@ type Session struct {
 	sink      Sink      // immutable after NewSession
 	post      Poster    // immutable after NewSession
 	turn      *Turn     // immutable after NewSession: the loop's (TurnPoster), or nil
+	// ctr is where the session counts its requests: the loop's Counters
+	// (CountingPoster), or its own. The pointer is immutable after
+	// NewSession; the Counters are loop-owned.
+	ctr *Counters
 
 	inflight idTable  // loop-owned: tracked requests holding their id
 	active   taskList // loop-owned: dispatched tasks holding a slot, until their worker returns
@@ -96,6 +100,12 @@ func (srv *Server) NewSession(t Transport, sink Sink, post Poster) *Session {
 	s := &Session{srv: srv, transport: t, sink: sink, post: post}
 	if tp, ok := post.(TurnPoster); ok {
 		s.turn = tp.Turn()
+	}
+	if cp, ok := post.(CountingPoster); ok {
+		s.ctr = cp.Counters()
+	}
+	if s.ctr == nil {
+		s.ctr = srv.NewCounters()
 	}
 	return s
 }
@@ -202,29 +212,43 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 	if tracked {
 		var holder *Task
 		if key, holder = s.inflight.find(env.IDKind, env.ID, &s.key); holder != nil {
-			s.sendError(env.ID, errDuplicateID)
+			s.refuse(env, env.ID, errDuplicateID)
 			return
 		}
 	}
 	if s.slotsFull() {
-		s.sendError(env.ID, errBusy)
+		s.refuse(env, env.ID, errBusy)
 		return
 	}
 	if tracked && !env.JSONRPCIs20() {
-		s.sendError(nil, errInvalidRequest)
+		s.refuse(env, nil, errInvalidRequest)
 		return
 	}
 	// From here the request owes an answer: admission and the drain flag are
 	// one atomic step (Server.admit), so graceful shutdown either sees it as
 	// owing or it was refused.
 	if !s.srv.admit() {
-		s.sendError(env.ID, errShuttingDown)
+		s.refuse(env, env.ID, errShuttingDown)
 		return
 	}
 	if err := s.route(env, key, tracked); err != nil {
 		s.srv.settled(1)
-		s.sendError(env.ID, err)
+		s.refuse(env, env.ID, err)
 	}
+}
+
+// refuse answers a request that is not dispatched with err (to id; nil:
+// null) and counts it. Refusals are not the hot path: the method is looked
+// up again for its label.
+func (s *Session) refuse(env *codec.Envelope, id []byte, err error) {
+	var m *Method
+	if name := env.MethodName(s.name); name != nil {
+		if m = s.lastMethod; m == nil || m.Name != string(name) {
+			m = s.srv.cfg.Registry.Lookup(name)
+		}
+	}
+	s.count(m, outcomeOf(err))
+	s.sendError(id, err)
 }
 
 // route finds the admitted request's method and dispatches it, or answers
@@ -261,6 +285,9 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		// section 3.2), but it is answered at once, so it never holds one.
 		s.stats(env.ID)
 		s.srv.settled(1)
+		mc := &s.ctr.Methods[m.countSlot()]
+		mc.Outcomes[OutcomeOK]++
+		mc.Duration.Observe(0)
 		return nil
 	}
 	if fwd != nil {
@@ -280,7 +307,7 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backend.Forwarder) {
 	s.gen++
 	t := s.newTask()
-	t.sess, t.gen, t.method = s, s.gen, m
+	t.sess, t.gen, t.method, t.start = s, s.gen, m, s.ctr.Now
 	t.nonBlocking = s.lastNB && s.lastMethod == m
 	if b := s.collect; b != nil {
 		t.batch = b
@@ -340,6 +367,7 @@ func (s *Session) Complete(t *Task) {
 
 // answer writes the response of a completed unary task.
 func (s *Session) answer(t *Task) {
+	s.countTask(t, outcomeOf(t.err))
 	if t.err != nil {
 		s.sendError(t.id, t.err)
 	} else {
@@ -357,6 +385,7 @@ func (s *Session) cancel(kind codec.IDKind, id []byte) {
 		return // unknown, completed, or establishing a subscription: no-op
 	}
 	s.inflight.del(t.key)
+	s.countTask(t, OutcomeCancelled)
 	t.cancelled = true
 	t.abort()
 	s.answerInBatch(t, func() {
@@ -375,6 +404,9 @@ func (s *Session) Close() {
 	}
 	s.closed = true
 	for t := s.active.head; t != nil; t = t.next {
+		if t.sub == nil && !t.cancelled {
+			s.countTask(t, OutcomeCancelled) // never answered
+		}
 		t.cancelled = true
 		t.abort()
 		if t.sub != nil {
@@ -382,7 +414,7 @@ func (s *Session) Close() {
 				t.sub.to(subEnded)
 				t.sub.st.close()
 			}
-			s.answered(t.sub)
+			s.answered(t.sub, OutcomeCancelled)
 		}
 	}
 	s.releaseFree()

@@ -56,6 +56,9 @@ func (sub *subscription) to(next subState) {
 		panic("rpc: subscription " + sub.id + ": illegal transition " + sub.state.String() + " -> " + next.String())
 	}
 	sub.state = next
+	if next == subEnded {
+		sub.task.sess.ctr.Subscriptions--
+	}
 }
 
 // Close reasons of subscription/closed (CONTRACT.md section 5).
@@ -308,7 +311,7 @@ func (s *Session) deliver(sub *subscription) {
 // (a subscription/cancel that raced establishment), in which case the request
 // still gets its answer but no event follows.
 func (s *Session) established(sub *subscription, result []byte) {
-	s.answered(sub)
+	s.answered(sub, OutcomeOK)
 	t := sub.task
 	if s.closed {
 		return
@@ -367,6 +370,7 @@ func (s *Session) drainEvents(sub *subscription) {
 	}
 	remaining := st.n
 	st.mu.Unlock()
+	s.ctr.EventsDelivered += uint64(delivered)
 	if s.closed {
 		return
 	}
@@ -421,6 +425,9 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 	}
 	establishing := sub.state == subEstablishing
 	sub.to(subEnded)
+	if reason == reasonSlowConsumer {
+		s.ctr.SlowSubscriptions++
+	}
 	sub.st.close()
 	sub.task.abort()
 	delete(s.subs, sub.id)
@@ -451,10 +458,17 @@ func (s *Session) completeSubscription(t *Task) {
 		// if the subscription was cancelled meanwhile, it is a cancelled
 		// request (CONTRACT.md section 4: nothing, or one -32800); if
 		// shutdown ended it, the request is refused as shutdown refuses new ones.
-		s.answered(sub)
 		err := t.err
 		if err == nil {
 			err = errNotEstablished
+		}
+		switch {
+		case sub.state != subEnded:
+			s.answered(sub, outcomeOf(err))
+		case sub.endReason != reasonNone:
+			s.answered(sub, OutcomeError)
+		default:
+			s.answered(sub, OutcomeCancelled)
 		}
 		if s.releaseID(t) {
 			switch {
@@ -518,6 +532,7 @@ func (s *Session) GoAway() {
 		switch {
 		case t.cancelled:
 		case t.sub == nil:
+			s.countTask(t, OutcomeError) // SERVER_SHUTTING_DOWN
 			t.cancelled = true
 			t.abort()
 			s.answerInBatch(t, func() {
@@ -526,7 +541,7 @@ func (s *Session) GoAway() {
 				}
 			})
 		case !t.sub.answered:
-			s.answered(t.sub)
+			s.answered(t.sub, OutcomeError) // SERVER_SHUTTING_DOWN
 			s.endSubscription(t.sub, reasonNone)
 			if s.releaseID(t) {
 				s.sendError(t.id, errShuttingDown)
@@ -537,11 +552,12 @@ func (s *Session) GoAway() {
 }
 
 // answered records that sub's establishing request got (or will never get)
-// its answer.
-func (s *Session) answered(sub *subscription) {
+// its answer, and counts it with outcome o.
+func (s *Session) answered(sub *subscription, o Outcome) {
 	if !sub.answered {
 		sub.answered = true
 		s.srv.settled(1)
+		s.countTask(sub.task, o)
 	}
 }
 
@@ -563,5 +579,6 @@ func (s *Session) newSubscription(t *Task) *subscription {
 	}
 	s.subs[id] = sub
 	t.sub = sub
+	s.ctr.Subscriptions++
 	return sub
 }

@@ -19,7 +19,7 @@ func TestSubscriptionTransitions(t *testing.T) {
 	for _, from := range states {
 		for _, to := range states {
 			t.Run(from.String()+"->"+to.String(), func(t *testing.T) {
-				sub := &subscription{id: "s1", state: from}
+				sub := &subscription{id: "s1", state: from, task: &Task{sess: &Session{ctr: &Counters{}}}}
 				ok := legal[[2]subState{from, to}]
 				var got any
 				func() {

@@ -16,6 +16,7 @@ type Task struct {
 	key    idKey    // immutable after dispatch: id identity, kind IDNone if untracked
 	id     []byte   // immutable after dispatch: raw id, echoed byte-exact
 	method *Method  // immutable after dispatch
+	start  int64    // immutable after dispatch: Counters.Now at admission
 	params []byte   // immutable after dispatch: owned copy of the params
 
 	// buf holds id and params; res is the buffer the handler appends its

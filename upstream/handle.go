@@ -106,12 +106,16 @@ func (l *link) response(idTok, result, errObj []byte) {
 		l.mu.Unlock()
 		l.inflight.Add(-1)
 		l.signal()
+		now := nowNanos()
 		switch {
 		case e.dropped:
+			l.ended(e, outcomeCancelled, now)
 			e.c.Finish(nil, backend.ErrUpstreamUnavailable) // not delivered: cancelled
 		case errObj != nil:
+			l.ended(e, outcomeError, now)
 			e.c.Finish(nil, &backend.RawError{Object: append([]byte(nil), errObj...)})
 		default:
+			l.ended(e, outcomeOK, now)
 			e.c.Finish(result, nil)
 		}
 		return
@@ -123,6 +127,7 @@ func (l *link) response(idTok, result, errObj []byte) {
 		l.mu.Unlock()
 		l.inflight.Add(-1)
 		l.drop(dropBadSub)
+		l.ended(e, outcomeError, nowNanos())
 		e.c.Finish(nil, errBadSubscription)
 		return
 	}
@@ -131,6 +136,7 @@ func (l *link) response(idTok, result, errObj []byte) {
 	l.subs[sub] = id
 	l.mu.Unlock()
 	l.inflight.Add(-1)
+	l.ended(e, outcomeOK, nowNanos())
 	e.stream.Establish(rewriteSubscriptionID(result, e.stream.ID()))
 }
 

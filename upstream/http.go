@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -74,6 +75,8 @@ func (h *httpReplica) Cancel(id uint64) {
 
 func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.Call) {
 	defer h.calls.Done()
+	start := nowNanos()
+	c = countedCall{Call: c, u: h.u, ctx: ctx, start: start}
 	defer func() {
 		h.mu.Lock()
 		cancel := h.cancels[id]
@@ -188,4 +191,31 @@ func (h *httpReplica) abortAll() {
 	for _, cancel := range h.cancels {
 		cancel()
 	}
+}
+
+// countedCall counts an HTTP call where it finishes, by its error.
+type countedCall struct {
+	backend.Call
+	u     *Upstream
+	ctx   context.Context
+	start int64
+}
+
+func (c countedCall) Finish(result []byte, err error) {
+	var o outcome
+	var raw *backend.RawError
+	switch {
+	case err == nil:
+		o = outcomeOK
+	case errors.Is(c.ctx.Err(), context.Canceled):
+		o = outcomeCancelled
+	case err == backend.ErrUpstreamTimeout:
+		o = outcomeTimeout
+	case errors.As(err, &raw):
+		o = outcomeError
+	default:
+		o = outcomeUnavailable
+	}
+	c.u.counters.ended(o, c.start, nowNanos())
+	c.Call.Finish(result, err)
 }

@@ -71,6 +71,7 @@ func (l *link) forward(c backend.Call) backend.Ticket {
 	if !l.up_ || len(l.out) > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
 		l.mu.Unlock()
+		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
@@ -175,10 +176,12 @@ func (l *link) fail() {
 	l.out = l.out[:0]
 	l.mu.Unlock()
 	l.inflight.Store(0)
+	now := nowNanos()
 	for _, e := range pending {
 		if e.live {
 			e.c.Finish(nil, backend.ErrUpstreamLost)
 		} else {
+			l.ended(e, outcomeUnavailable, now)
 			e.c.Finish(nil, backend.ErrUpstreamUnavailable)
 		}
 	}
@@ -215,6 +218,7 @@ func (l *link) sweep(now int64) {
 	l.inflight.Add(-int64(len(expired)))
 	l.signal()
 	for _, e := range expired {
+		l.ended(e, outcomeTimeout, now)
 		e.c.Finish(nil, backend.ErrUpstreamTimeout)
 	}
 }

@@ -204,6 +204,9 @@ type Upstream struct {
 	quit    chan struct{}
 	wg      sync.WaitGroup
 	stop    sync.Once
+
+	// counters count forwarded calls by outcome (stats.go).
+	counters counters
 }
 
 // New returns the upstream name with the given replicas. Start connects it.
@@ -317,6 +320,7 @@ func (u *Upstream) Forward(c backend.Call) backend.Ticket {
 			return h.forward(c)
 		}
 	}
+	u.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 	c.Finish(nil, backend.ErrUpstreamUnavailable)
 	return backend.Ticket{}
 }

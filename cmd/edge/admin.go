@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,7 +93,7 @@ func (r *readiness) reasons() []string {
 // startAdmin starts the admin listener of --admin-listen, or returns nil
 // when it is off. Endpoints of later work (/metrics, the dashboard at /) are
 // registered here with adm.Handle, before Start.
-func startAdmin(o *options, logger *slog.Logger, ready *readiness) (*admin.Server, error) {
+func startAdmin(o *options, logger *slog.Logger, ready *readiness, pages map[string]http.Handler) (*admin.Server, error) {
 	if o.adminListen == "" {
 		return nil, nil
 	}
@@ -104,6 +105,9 @@ func startAdmin(o *options, logger *slog.Logger, ready *readiness) (*admin.Serve
 	})
 	if err != nil {
 		return nil, err
+	}
+	for pattern, h := range pages {
+		adm.Handle(pattern, h)
 	}
 	if err := adm.Start(); err != nil {
 		return nil, fmt.Errorf("admin-listen: %w", err)

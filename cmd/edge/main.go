@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -19,7 +20,9 @@ import (
 	"time"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/dashboard"
 	"github.com/openengine/edge/loop"
+	"github.com/openengine/edge/metrics"
 	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/upstream"
 )
@@ -297,7 +300,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	ready := newReadiness(srv, ups, o.routes)
-	adm, err := startAdmin(o, logger, ready)
+	var gw *loop.Server
+	var pages map[string]http.Handler // the admin listener's metrics and dashboard
+	if !o.stdio {
+		o.loop.Logger = logger
+		if gw, err = loop.New(o.loop, srv); err != nil {
+			return err
+		}
+		m := metrics.New(gw, srv, ups)
+		pages = map[string]http.Handler{
+			"GET /metrics":   m.Handler(),
+			"GET /api/stats": m.StatsHandler(),
+			"/":              dashboard.Handler(),
+		}
+	}
+	adm, err := startAdmin(o, logger, ready, pages)
 	if err != nil {
 		return err
 	}
@@ -311,11 +328,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			MaxLineBytes:    o.loop.MaxMessageBytes,
 			ShutdownTimeout: o.loop.ShutdownTimeout,
 		})
-	}
-	o.loop.Logger = logger
-	gw, err := loop.New(o.loop, srv)
-	if err != nil {
-		return err
 	}
 	if err := gw.Start(); err != nil {
 		return err

@@ -1,0 +1,82 @@
+package upstream
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/openengine/edge/internal/hist"
+)
+
+// outcome is how a forwarded call ended, a label of edge's per-upstream
+// request metrics (CONTRACT.md section 12).
+type outcome uint8
+
+const (
+	outcomeOK          outcome = iota // a result (a subscription: established)
+	outcomeError                      // the upstream's error object, or a bad answer
+	outcomeCancelled                  // the gateway cancelled it before its answer came
+	outcomeTimeout                    // UPSTREAM_TIMEOUT
+	outcomeUnavailable                // UPSTREAM_UNAVAILABLE: not sent, or the connection failed
+	numOutcomes
+)
+
+var outcomeLabels = [numOutcomes]string{"ok", "error", "cancelled", "timeout", "unavailable"}
+
+// NumOutcomes is the length of Stats.Outcomes.
+const NumOutcomes = int(numOutcomes)
+
+// OutcomeLabel is the label of Stats.Outcomes[i].
+func OutcomeLabel(i int) string { return outcomeLabels[i] }
+
+// Stats are an upstream's counters.
+type Stats struct {
+	// Up and Total are its connections that take calls, of all
+	// (Upstream.Connected).
+	Up, Total int
+	// Outcomes counts forwarded calls by outcome (OutcomeLabel).
+	Outcomes [NumOutcomes]uint64
+	// Duration is the time from forwarding a call to its answer (or its
+	// failure) of the calls that were sent.
+	Duration hist.Hist
+}
+
+// counters are an upstream's call counters. They are counted where a call
+// ends: on the links' reader and writer goroutines and the HTTP calls'
+// goroutines, off the event loops; a call refused at once on a loop
+// (nothing connected) is a failure path. Safe for concurrent use.
+type counters struct {
+	outcomes [numOutcomes]atomic.Uint64
+	duration hist.Atomic
+}
+
+// ended counts a call that ended with o after it was sent at start (Unix
+// nanoseconds; 0: never sent, no duration).
+func (c *counters) ended(o outcome, start, now int64) {
+	c.outcomes[o].Add(1)
+	if start != 0 {
+		c.duration.Observe(now - start)
+	}
+}
+
+// Stats returns the upstream's counters. Safe for concurrent use.
+func (u *Upstream) Stats() Stats {
+	var st Stats
+	st.Up, st.Total = u.Connected()
+	for i := range st.Outcomes {
+		st.Outcomes[i] = u.counters.outcomes[i].Load()
+	}
+	st.Duration = u.counters.duration.Load()
+	return st
+}
+
+// ended counts call e of link l, which ended with o at now: a call the
+// gateway had cancelled counts as cancelled whatever ended it. Its
+// duration runs from when it was sent, which its deadline tells.
+func (l *link) ended(e call, o outcome, now int64) {
+	if e.dropped {
+		o = outcomeCancelled
+	}
+	l.up.counters.ended(o, e.deadline-int64(l.up.cfg.Timeout), now)
+}
+
+func nowNanos() int64 { return time.Now().UnixNano() }
