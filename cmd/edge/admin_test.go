@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openengine/edge/client"
+	"github.com/openengine/edge/dashboard/dashboardtest"
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
@@ -210,4 +212,41 @@ func TestAdminListenRefused(t *testing.T) {
 	if strings.Contains(stderr, "msg=listening") {
 		t.Errorf("the gateway listened before the admin listener failed:\n%s", stderr)
 	}
+}
+
+// TestAdminDashboardLive: the admin listener serves the dashboard, /metrics
+// and /api/stats of the running gateway. Debian's chromium (headless) loads
+// the dashboard while a client keeps calling, and it shows the live
+// connection and a non-zero request rate; the screenshot is saved in the
+// test's temporary directory. Without chromium the browser part skips with
+// the install command (dashboardtest.Browser).
+func TestAdminDashboardLive(t *testing.T) {
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0")
+	c, err := client.Dial(context.Background(), e.ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for ctx.Err() == nil {
+			var res json.RawMessage
+			if err := c.Call(ctx, "edge/echo", map[string]int{"n": 1}, &res); err != nil && ctx.Err() == nil {
+				t.Errorf("edge/echo: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() { stop(); <-loaded }()
+	poll.Until(t, edgeWait, "edge/echo counted in /metrics", func() (bool, string) {
+		status, body := e.get("/metrics")
+		return status == http.StatusOK && strings.Contains(body, `edge_requests_total{method="edge/echo",outcome="ok"}`), body
+	})
+	if status, body := e.get("/api/stats"); status != http.StatusOK || !strings.Contains(body, `"ws":1}`) {
+		t.Fatalf("/api/stats: %d %s", status, body)
+	}
+	dashboardtest.Browser(t) // skips without chromium
+	dashboardtest.Load(t, e.admin+"/", 30*time.Second, dashboardtest.Live)
 }
