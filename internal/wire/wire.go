@@ -1,0 +1,45 @@
+// Package wire names the subjects and headers of JSON-RPC over NATS
+// (CONTRACT.md section 13), the one place the nats upstream (edge's side) and
+// package worker (the serving side) agree on them.
+//
+// A call is published on PREFIX.<method> with a reply subject
+// _INBOX.<nuid>.<id> under the edge connection's one wildcard inbox
+// subscription (_INBOX.<nuid>.>); its body is the JSON-RPC request carrying
+// edge's integer id. The worker that takes it (one member of the queue group
+// PREFIX) first answers an empty message with header Edge-Worker (so edge
+// knows whom to send a cancel to), then the JSON-RPC response. A
+// subscription request also carries header Edge-Stream, a subject under the
+// same inbox (_INBOX.<nuid>.s.<id>): the worker publishes the establishment
+// response and then the subscription's event and subscription/closed
+// notifications there. Cancels go to the worker that took the call, on
+// PREFIX.$cancel.<worker id>: {"id":<edge id>} with header Edge-Reply naming
+// the call's reply subject (edge ids are unique per edge connection only, the
+// reply subject is unique everywhere), or {"subscriptionId":<worker's id>}.
+package wire
+
+// Headers.
+const (
+	// Worker is the header of a worker's "accepted" message: its id.
+	Worker = "Edge-Worker"
+	// Stream is the header of a subscription request: the subject its
+	// response and notifications go to.
+	Stream = "Edge-Stream"
+	// Reply is the header of a cancel by id: the reply subject of the call
+	// it cancels.
+	Reply = "Edge-Reply"
+	// Status and NoResponders are the NATS server's answer to a request no
+	// subscriber takes: header Status 503, no body.
+	Status       = "Status"
+	NoResponders = "503"
+)
+
+// CancelToken is the subject token after PREFIX of a worker's cancel
+// subject: PREFIX.$cancel.<worker id>.
+const CancelToken = "$cancel"
+
+// CancelSubject returns the subject a worker takes cancels on.
+func CancelSubject(prefix, worker string) string { return prefix + "." + CancelToken + "." + worker }
+
+// StreamToken starts the part of an inbox subject after _INBOX.<nuid>. that
+// names a subscription's stream: s.<id>.
+const StreamToken = "s."
