@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -395,6 +397,64 @@ func TestNATSServerStopped(t *testing.T) {
 	c.expectSettled(0, 0)
 	// The worker's gate call has nobody to answer it to.
 	ws[0].kill(t)
+}
+
+// TestEdgeWorkerCommand: `edge worker --nats URL --prefix PREFIX` serves the
+// memory backend to an edge, and on SIGTERM drains and exits 0; bad flags
+// are refused.
+func TestEdgeWorkerCommand(t *testing.T) {
+	// Every problem of the flags is reported at once, exit status 2.
+	bad, err := exec.Command(edgeBinary(t), "worker", "--max-calls", "0").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("edge worker with bad flags: %v\n%s", err, bad)
+	}
+	for _, want := range []string{"--nats is required", `prefix ""`, "--max-calls must be positive"} {
+		if !strings.Contains(string(bad), want) {
+			t.Errorf("edge worker with bad flags does not say %q:\n%s", want, bad)
+		}
+	}
+	ns := startNATS(t)
+	cmd := exec.Command(edgeBinary(t), "worker", "--nats", ns.ClientURL(), "--prefix", "svc", "--id", "cli")
+	var out testgw.Buffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("edge worker:\n%s", out.String())
+		}
+	})
+	poll.Until(t, pollTimeout, "edge worker serving", func() (bool, string) {
+		return strings.Contains(out.String(), "worker serving"), out.String()
+	})
+	p := startProxy(t, upstream.Config{}, []string{"w=" + natsURL(ns, "svc")})
+	c := dial(t, p.gateway)
+	c.echo()
+	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"edge/ticks","params":{"count":1,"intervalMs":0}}`)
+	c.expectTexts(`{"jsonrpc":"2.0","id":1,"result":{"subscriptionId":"s1"}}`,
+		`{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":"s1","cursor":"1","seq":1}}`,
+		`{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":"s1","reason":"done","lastDeliveredCursor":"1"}}`)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("edge worker after SIGTERM: %v", err)
+		}
+		exited <- nil
+	case <-time.After(pollTimeout):
+		t.Fatal("edge worker did not exit after SIGTERM")
+	}
+	if !strings.Contains(out.String(), "worker drained") {
+		t.Fatalf("no drain in the log:\n%s", out.String())
+	}
 }
 
 // TestNATSReconnects: when the NATS server comes back, the edge and the

@@ -197,6 +197,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) > 0 && (args[0] == "call" || args[0] == "subscribe") {
 		return runClient(ctx, args[0], args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "worker" {
+		return runWorker(ctx, args[1:], stderr)
+	}
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
