@@ -166,7 +166,9 @@ func TestNATSNoResponders(t *testing.T) {
 }
 
 // TestNATSTimeout: a call no worker answers in time gets UPSTREAM_TIMEOUT,
-// and the cancel reaches the worker that holds it.
+// and the cancel reaches the worker that holds it. Meanwhile the edge
+// probed the live worker every sweep (a tenth of the timeout), and that
+// failed nothing.
 func TestNATSTimeout(t *testing.T) {
 	ns := startNATS(t)
 	ws := []*natsWorker{startWorker(t, ns, "svc")}
@@ -199,20 +201,30 @@ func TestNATSCancelReachesWorker(t *testing.T) {
 }
 
 // TestNATSWorkerKilledMidCall: a worker that loses its NATS connection while
-// it holds a call leaves the call to the upstream timeout: NATS request/reply
-// has no connection between edge and worker, so nothing tells edge that the
-// responder is gone. The client gets UPSTREAM_TIMEOUT, not silence, and the
-// next calls go to the worker still alive.
+// it holds a call and a subscription says nothing, and NATS request/reply
+// has no connection between edge and worker to break; but the edge probes
+// the workers that hold its calls (package wire), and the NATS server
+// answers no-responders for one whose connection is gone. So the call gets
+// UPSTREAM_UNAVAILABLE and the subscription ends UPSTREAM_LOST within a
+// sweep, long before the upstream timeout, and the next calls go to the
+// worker still alive.
 func TestNATSWorkerKilledMidCall(t *testing.T) {
 	ns := startNATS(t)
 	a := startWorker(t, ns, "svc")
-	p := startProxy(t, upstream.Config{Timeout: 500 * time.Millisecond}, []string{"w=" + natsURL(ns, "svc")})
+	p := startProxy(t, upstream.Config{Timeout: time.Minute}, []string{"w=" + natsURL(ns, "svc")})
 	c := dial(t, p.gateway)
-	c.sendText(gate("1", "k"))
+	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"edge/ticks","params":{"count":1000000,"intervalMs":20}}`)
+	c.expectText(`{"jsonrpc":"2.0","id":1,"result":{"subscriptionId":"s1"}}`)
+	c.expectText(`{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":"s1","cursor":"1","seq":1}}`)
+	c.sendText(gate("2", "k"))
 	waitWorkerGate(t, []*natsWorker{a}, "k", 1)
 	b := startWorker(t, ns, "svc")
+	start := time.Now()
 	a.kill(t)
-	c.expectText(upstreamError("1", "UPSTREAM_TIMEOUT"))
+	expectLost(t, c, "2")
+	if d := time.Since(start); d > readTimeout {
+		t.Fatalf("the dead worker's calls settled after %s", d)
+	}
 	c.expectSettled(0, 0)
 	for range 5 {
 		c.echo()
@@ -313,6 +325,31 @@ func TestNATSDrainEndsSubscriptions(t *testing.T) {
 	c.expectSettled(0, 0)
 }
 
+// expectLost reads what c gets once the upstream holding its call id and
+// its subscription s1 (edge/ticks, event 1 already read) is lost: the call's
+// UPSTREAM_UNAVAILABLE, and the subscription's events up to its
+// subscription/closed UPSTREAM_LOST with the last delivered cursor.
+func expectLost(t *testing.T, c *client, id string) {
+	t.Helper()
+	last := "1"
+	var gotCall, gotClosed bool
+	for !gotCall || !gotClosed {
+		msg := c.readText()
+		switch {
+		case msg == upstreamError(id, "UPSTREAM_UNAVAILABLE"):
+			gotCall = true
+		case strings.Contains(msg, `"subscription/closed"`):
+			want := `{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":"s1","reason":"UPSTREAM_LOST","lastDeliveredCursor":"` + last + `"}}`
+			if msg != want {
+				t.Fatalf("got %s, want %s", msg, want)
+			}
+			gotClosed = true
+		default:
+			last = parseEvent(t, msg)
+		}
+	}
+}
+
 // parseEvent returns the cursor of an edge/ticks event.
 func parseEvent(t *testing.T, msg string) string {
 	t.Helper()
@@ -372,23 +409,7 @@ func TestNATSServerStopped(t *testing.T) {
 	c.sendText(gate("2", "held"))
 	waitWorkerGate(t, ws, "held", 1)
 	ns.Shutdown()
-	last := "1"
-	var gotCall, gotClosed bool
-	for !gotCall || !gotClosed {
-		msg := c.readText()
-		switch {
-		case msg == upstreamError("2", "UPSTREAM_UNAVAILABLE"):
-			gotCall = true
-		case strings.Contains(msg, `"subscription/closed"`):
-			want := `{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":"s1","reason":"UPSTREAM_LOST","lastDeliveredCursor":"` + last + `"}}`
-			if msg != want {
-				t.Fatalf("got %s, want %s", msg, want)
-			}
-			gotClosed = true
-		default:
-			last = parseEvent(t, msg)
-		}
-	}
+	expectLost(t, c, "2")
 	c.sendText(`{"jsonrpc":"2.0","id":3,"method":"edge/echo","params":{}}`)
 	c.expectText(upstreamError("3", "UPSTREAM_UNAVAILABLE"))
 	if up, total := p.set.Upstreams()[0].Connected(); up != 0 || total != 1 {

@@ -249,11 +249,20 @@ func (l *link) take(spare []byte) []byte {
 }
 
 // sweep answers UPSTREAM_TIMEOUT to every call whose deadline has passed
-// and forwards the cancel as Cancel does.
+// and forwards the cancel as Cancel does. On a NATS link it also probes
+// every worker that holds calls, so that a worker that died is noticed
+// within a sweep (workerGone).
 func (l *link) sweep(now int64) {
 	var expired []call
+	var probe map[string]bool // NATS: the workers that hold calls
 	l.mu.Lock()
 	for id, e := range l.pending {
+		if e.worker != "" && !probe[e.worker] {
+			if probe == nil {
+				probe = make(map[string]bool)
+			}
+			probe[e.worker] = true
+		}
 		if e.live || e.deadline == 0 || e.deadline > now {
 			continue
 		}
@@ -263,7 +272,15 @@ func (l *link) sweep(now int64) {
 		}
 		expired = append(expired, e)
 	}
+	if l.up_ {
+		for w := range probe {
+			l.nats.probeLocked(l, w)
+		}
+	}
 	l.mu.Unlock()
+	if len(probe) > 0 {
+		l.signal()
+	}
 	if len(expired) == 0 {
 		return
 	}

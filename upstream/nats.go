@@ -69,6 +69,14 @@ func (n *natsLink) subCancelLocked(l *link, worker, upSub string) {
 	l.queueLocked(natsPub{msg: &nats.Msg{Subject: wire.CancelSubject(n.prefix, worker), Data: append(data, '}')}})
 }
 
+// probeLocked queues an empty probe of worker on its alive subject, with a
+// reply subject the NATS server answers no-responders on once the worker's
+// connection is gone (package wire). Called with l.mu held.
+func (n *natsLink) probeLocked(l *link, worker string) {
+	l.queueLocked(natsPub{msg: &nats.Msg{Subject: wire.AliveSubject(n.prefix, worker),
+		Reply: n.inbox + "." + wire.ProbeToken + worker}})
+}
+
 // notifyLocked queues a notification on PREFIX.<method>, with no reply
 // subject: no answer comes back. Called with l.mu held.
 func (n *natsLink) notifyLocked(l *link, method string, params []byte) {
@@ -128,6 +136,40 @@ func (l *link) accepted(id uint64, worker string) {
 	l.signal()
 }
 
+// workerGone settles everything worker held, as a broken connection settles
+// everything on it: calls in flight get UPSTREAM_UNAVAILABLE, live
+// subscriptions end UPSTREAM_LOST.
+func (l *link) workerGone(worker string) {
+	var gone []call
+	var unary int64
+	l.mu.Lock()
+	for id, e := range l.pending {
+		if e.worker != worker {
+			continue
+		}
+		delete(l.pending, id)
+		if e.live {
+			delete(l.subs, e.upSub)
+		} else {
+			unary++
+		}
+		gone = append(gone, e)
+	}
+	l.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	l.inflight.Add(-unary)
+	l.up.log.Warn("upstream worker gone", "upstream", l.up.name, "conn", l.desc, "worker", worker, "calls", len(gone))
+	for _, e := range gone {
+		if e.live {
+			e.c.Finish(nil, backend.ErrUpstreamLost)
+		} else {
+			e.c.Finish(nil, backend.ErrUpstreamUnavailable)
+		}
+	}
+}
+
 // natsMessage applies one message on the link's inbox: a worker's
 // "accepted", a JSON-RPC response, the NATS server's no-responders status,
 // or on a stream subject a subscription's response, events and end. Runs on
@@ -137,6 +179,12 @@ func (l *link) natsMessage(m *nats.Msg) {
 	rest, ok := strings.CutPrefix(m.Subject, l.nats.inbox+".")
 	if !ok {
 		l.drop(dropUnknownID)
+		return
+	}
+	if worker, ok := strings.CutPrefix(rest, wire.ProbeToken); ok {
+		if m.Header != nil && m.Header.Get(wire.Status) == wire.NoResponders {
+			l.workerGone(worker)
+		}
 		return
 	}
 	rest, stream := strings.CutPrefix(rest, wire.StreamToken)

@@ -128,7 +128,8 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Taking reports whether the worker takes new calls: Serve has subscribed
-// to its queue and not yet drained it. Safe for concurrent use.
+// to its queue, the NATS server has the subscription (when connected), and
+// it has not drained it yet. Safe for concurrent use.
 func (w *Worker) Taking() bool { return w.taking.Load() }
 
 // Running reports how many calls and subscriptions run now. Safe for
@@ -151,16 +152,25 @@ func (w *Worker) Serve(ctx context.Context) error {
 		return err
 	}
 	defer cancels.Unsubscribe()
+	// Subscribed before the queue, so that it is in place at the server
+	// before any call reaches this worker; it goes when Serve returns.
+	alive, err := w.nc.Subscribe(wire.AliveSubject(w.cfg.Prefix, w.cfg.ID), func(*nats.Msg) {})
+	if err != nil {
+		return err
+	}
+	defer alive.Unsubscribe()
 	queue, err := w.nc.QueueSubscribe(w.cfg.Prefix+".>", w.cfg.Prefix, w.take)
 	if err != nil {
 		return err
 	}
 	drained := make(chan struct{})
 	queue.SetClosedHandler(func(string) { w.taking.Store(false); close(drained) })
-	w.taking.Store(true)
+	// The server has the subscriptions once Flush returns (unless the
+	// connection is down: they are sent when it comes up).
 	if err := w.nc.Flush(); err != nil && !w.nc.IsClosed() {
 		w.cfg.Logger.Warn("worker: flush", "err", err)
 	}
+	w.taking.Store(true)
 	w.cfg.Logger.Info("worker serving", "prefix", w.cfg.Prefix, "id", w.cfg.ID)
 	if w.nc.IsClosed() {
 		return w.abort()

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -216,9 +217,15 @@ func TestCancelNeedsTheReplySubject(t *testing.T) {
 }
 
 // TestServeEnds: Serve returns nil after a drain with nothing running, and
-// ErrConnClosed when its connection closes.
+// ErrConnClosed when its connection closes. While it serves, the worker's
+// alive subject has a subscriber that answers nothing; after, the NATS server
+// answers no-responders there (how an edge learns a worker is gone).
 func TestServeEnds(t *testing.T) {
 	f := start(t)
+	alive := wire.AliveSubject("svc", f.w.ID())
+	if _, err := f.edge.Request(alive, nil, 50*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("probe of a serving worker: %v, want no answer", err)
+	}
 	f.stop()
 	select {
 	case err := <-f.done:
@@ -229,6 +236,11 @@ func TestServeEnds(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("Serve did not return")
 	}
+	// Its unsubscribe reaches the server a moment after Serve returns.
+	poll.Until(t, timeout, "no responders on the alive subject", func() (bool, string) {
+		_, err := f.edge.Request(alive, nil, 50*time.Millisecond)
+		return errors.Is(err, nats.ErrNoResponders), fmt.Sprint(err)
+	})
 	g := start(t)
 	g.call(t, "_INBOX.t.1", "edge/gate", `{"jsonrpc":"2.0","id":1,"method":"edge/gate","params":{"name":"g"}}`)
 	g.expectAccepted(t, "_INBOX.t.1")

@@ -15,6 +15,14 @@
 // PREFIX.$cancel.<worker id>: {"id":<edge id>} with header Edge-Reply naming
 // the call's reply subject (edge ids are unique per edge connection only, the
 // reply subject is unique everywhere), or {"subscriptionId":<worker's id>}.
+//
+// A worker that dies mid-call says nothing, and NATS request/reply has no
+// connection between edge and worker to break. So while it serves, a worker
+// holds a subscription on its alive subject, outside PREFIX.> (whose queue
+// subscriptions would answer for it), and answers nothing there: an edge
+// with calls on a worker publishes an empty probe to it with a reply subject
+// _INBOX.<nuid>.w.<worker id>, and the NATS server's no-responders status
+// on that reply means the worker's connection is gone.
 package wire
 
 // Headers.
@@ -39,6 +47,15 @@ const CancelToken = "$cancel"
 
 // CancelSubject returns the subject a worker takes cancels on.
 func CancelSubject(prefix, worker string) string { return prefix + "." + CancelToken + "." + worker }
+
+// AliveSubject returns the subject a worker of prefix holds while it serves
+// (see the package doc). Worker ids are one token, so no two workers of
+// any prefixes share one.
+func AliveSubject(prefix, worker string) string { return "_EDGE.alive." + prefix + "." + worker }
+
+// ProbeToken starts the part of an inbox subject after _INBOX.<nuid>. that
+// answers a probe of a worker: w.<worker id>.
+const ProbeToken = "w."
 
 // StreamToken starts the part of an inbox subject after _INBOX.<nuid>. that
 // names a subscription's stream: s.<id>.
