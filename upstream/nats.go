@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -258,6 +259,21 @@ func validToken(s string) bool {
 	return true
 }
 
+// inboxOverflowed handles nats.go's asynchronous error err on sub and
+// reports whether it failed the link: when nats.go dropped messages of the
+// inbox (its reader fell behind the subscription's pending limits), any
+// answer or event may be gone, so everything on the link is failed as on a
+// disconnect, rather than left to a timeout or to a silent gap in a stream.
+// The link may open again at once: ids are not reused, so a late answer
+// reaches nothing.
+func (l *link) inboxOverflowed(sub *nats.Subscription, err error) bool {
+	if !errors.Is(err, nats.ErrSlowConsumer) || sub == nil || sub.Subject != l.nats.inbox+".>" {
+		return false
+	}
+	l.fail()
+	return true
+}
+
 // natsSupervisor runs one nats:// replica: its connection (nats.go
 // reconnects it with the upstream's back-off), its inbox subscription, and
 // the link's writer, which also sweeps timed-out calls. The link is up while
@@ -300,6 +316,12 @@ func (s *natsSupervisor) run() {
 				log.Warn("upstream connection lost", "err", err)
 			}
 			s.l.fail()
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if s.l.inboxOverflowed(sub, err) {
+				log.Warn("upstream inbox overflowed: messages dropped, calls on it failed", "err", err)
+				up(nil) // open again, with fresh tables
+			}
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			if downLogged.CompareAndSwap(false, true) {

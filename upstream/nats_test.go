@@ -1,8 +1,13 @@
 package upstream
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openengine/edge/backend"
 )
 
 // TestParseNATSURL: nats://HOST:PORT/PREFIX names the server and the
@@ -58,5 +63,47 @@ func TestValidToken(t *testing.T) {
 		if got := validToken(tt.s); got != tt.ok {
 			t.Errorf("validToken(%q) = %v, want %v", tt.s, got, tt.ok)
 		}
+	}
+}
+
+// fakeCall is a backend.Call that records how it finished.
+type fakeCall struct {
+	method string
+	err    chan error
+}
+
+func (c *fakeCall) Method() string         { return c.method }
+func (c *fakeCall) Params() []byte         { return []byte(`{}`) }
+func (c *fakeCall) Stream() backend.Stream { return nil }
+func (c *fakeCall) Finish(_ []byte, err error) {
+	c.err <- err
+}
+
+// TestInboxOverflowFailsTheLink: when nats.go reports that it dropped
+// messages of the link's inbox (a slow consumer), every call on the link
+// fails UPSTREAM_UNAVAILABLE at once instead of waiting for an answer that
+// may be gone; an overflow of another subscription changes nothing.
+func TestInboxOverflowFailsTheLink(t *testing.T) {
+	r, err := ParseURL("nats://127.0.0.1:1/svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := New("n", []Replica{r}, Config{})
+	l := u.links[0]
+	l.open()
+	c := &fakeCall{method: "edge/echo", err: make(chan error, 1)}
+	l.forward(c)
+	if l.inboxOverflowed(&nats.Subscription{Subject: "other.>"}, nats.ErrSlowConsumer) ||
+		l.inboxOverflowed(&nats.Subscription{Subject: l.nats.inbox + ".>"}, nats.ErrBadSubject) {
+		t.Fatal("failed the link for another subscription or another error")
+	}
+	if !l.inboxOverflowed(&nats.Subscription{Subject: l.nats.inbox + ".>"}, nats.ErrSlowConsumer) {
+		t.Fatal("the inbox overflow did not fail the link")
+	}
+	if err := <-c.err; !errors.Is(err, backend.ErrUpstreamUnavailable) {
+		t.Fatalf("the call finished with %v, want UPSTREAM_UNAVAILABLE", err)
+	}
+	if !l.open() {
+		t.Fatal("the link does not open again")
 	}
 }
