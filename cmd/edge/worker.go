@@ -79,7 +79,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { logger.Warn("NATS disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close at exit
+				logger.Warn("NATS disconnected", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) { logger.Info("NATS reconnected") }),
 	)
 	if err != nil {
