@@ -21,6 +21,7 @@ import (
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/internal/testnats"
+	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/upstream"
 	"github.com/openengine/edge/worker"
 )
@@ -513,4 +514,21 @@ func TestNATSReconnects(t *testing.T) {
 		strings.Count(out, "upstream unavailable") != 0 {
 		t.Fatalf("want connected, lost, connected in the log:\n%s", out)
 	}
+}
+
+// TestNATSNotification: with --profile jsonrpc a client's notification is
+// published to the workers with no reply subject; the worker runs it and
+// answers nothing (here it opens the gate a call waits on).
+func TestNATSNotification(t *testing.T) {
+	ns := startNATS(t)
+	ws := []*natsWorker{startWorker(t, ns, "svc")}
+	p := startProxyWith(t, upstream.Config{}, []string{"w=" + natsURL(ns, "svc")}, nil, func(c *gwConfig) {
+		c.rpc.Profile = rpc.ProfileJSONRPC
+	})
+	c := dial(t, p.gateway)
+	c.sendText(gate("1", "n"))
+	waitWorkerGate(t, ws, "n", 1)
+	c.sendText(`{"jsonrpc":"2.0","method":"edge/open","params":{"name":"n"}}`)
+	c.expectText(gateResult("1", "n"))
+	c.expectSettled(0, 0)
 }

@@ -78,6 +78,13 @@ type fixture struct {
 
 func start(t *testing.T) *fixture {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with h serving unary methods in place of the memory
+// backend (nil: the memory backend).
+func startWith(t *testing.T, h backend.Handler) *fixture {
+	t.Helper()
 	ns := testnats.Start(t)
 	var err error
 	f := &fixture{ns: ns, mem: backend.NewMemory(), done: make(chan error, 1), inbox: make(chan *nats.Msg, 64)}
@@ -92,7 +99,10 @@ func start(t *testing.T) *fixture {
 	if _, err := f.edge.ChanSubscribe("_INBOX.t.>", f.inbox); err != nil {
 		t.Fatal(err)
 	}
-	f.w, err = New(Config{Conn: f.wnc, Prefix: "svc", Handler: f.mem, Subscriber: f.mem,
+	if h == nil {
+		h = f.mem
+	}
+	f.w, err = New(Config{Conn: f.wnc, Prefix: "svc", Handler: h, Subscriber: f.mem,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -277,5 +287,21 @@ func TestDrainWhileServerDown(t *testing.T) {
 		f.done <- nil
 	case <-time.After(timeout):
 		t.Fatal("Serve did not return")
+	}
+}
+
+// panicky is a handler that panics.
+type panicky struct{}
+
+func (panicky) Call(context.Context, string, []byte, []byte) ([]byte, error) { panic("boom") }
+
+// TestHandlerPanic: a handler's panic is answered -32603 BACKEND_PANIC, as
+// an in-process backend's is, and the worker goes on serving.
+func TestHandlerPanic(t *testing.T) {
+	f := startWith(t, panicky{})
+	for _, id := range []string{"1", "2"} {
+		f.call(t, "_INBOX.t."+id, "x", `{"jsonrpc":"2.0","id":`+id+`,"method":"x","params":{}}`)
+		f.expectAccepted(t, "_INBOX.t."+id)
+		f.expect(t, "_INBOX.t."+id, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32603,"message":"Internal error","data":{"code":"BACKEND_PANIC"}}}`)
 	}
 }
