@@ -53,7 +53,7 @@ func startWorker(t *testing.T, ns *server.Server, prefix string) *natsWorker {
 	}
 	mem := backend.NewMemory()
 	w, err := worker.New(worker.Config{Conn: nc, Prefix: prefix, Handler: mem, Subscriber: mem,
-		DrainTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		DrainTimeout: 2 * time.Second, ProbeInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ func TestNATSNoResponders(t *testing.T) {
 
 // TestNATSTimeout: a call no worker answers in time gets UPSTREAM_TIMEOUT,
 // and the cancel reaches the worker that holds it. Meanwhile the edge
-// probed the live worker every sweep (a tenth of the timeout), and that
-// failed nothing.
+// probed the live worker every sweep (a tenth of the timeout) and the
+// worker probed the edge, and that failed nothing.
 func TestNATSTimeout(t *testing.T) {
 	ns := startNATS(t)
 	ws := []*natsWorker{startWorker(t, ns, "svc")}
@@ -179,6 +179,16 @@ func TestNATSTimeout(t *testing.T) {
 	c.expectText(upstreamError("1", "UPSTREAM_TIMEOUT"))
 	waitWorkerGate(t, ws, "slow", 0)
 	c.expectSettled(0, 0)
+	// The worker answered the call once its cancel arrived: that late
+	// answer is the one message dropped. The worker's probes of the edge's
+	// inbox meanwhile (every 20ms) are taken, not dropped.
+	u := p.set.Upstreams()[0]
+	poll.Until(t, pollTimeout, "the late answer dropped", func() (bool, string) {
+		return u.Dropped() >= 1, "none yet"
+	})
+	if d := u.Dropped(); d != 1 {
+		t.Fatalf("edge dropped %d messages, want only the late answer", d)
+	}
 }
 
 // TestNATSCancelReachesWorker: a client's $/cancelRequest reaches the
@@ -531,4 +541,26 @@ func TestNATSNotification(t *testing.T) {
 	c.sendText(`{"jsonrpc":"2.0","method":"edge/open","params":{"name":"n"}}`)
 	c.expectText(gateResult("1", "n"))
 	c.expectSettled(0, 0)
+}
+
+// TestNATSEdgeGone: when an edge goes away without cancelling (crashed, or
+// closed before its cancels left), the worker's probe of the edge's inbox
+// gets no-responders and the worker ends what it ran for it, instead of
+// streaming into the void for ever.
+func TestNATSEdgeGone(t *testing.T) {
+	ns := startNATS(t)
+	w := startWorker(t, ns, "svc")
+	p := startProxy(t, upstream.Config{}, []string{"w=" + natsURL(ns, "svc")})
+	c := dial(t, p.gateway)
+	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"watch","params":{}}`)
+	c.expectText(`{"jsonrpc":"2.0","id":1,"result":{"subscriptionId":"s1","runId":null,"atCursor":null}}`)
+	if w.w.Running() != 1 {
+		t.Fatalf("%d running on the worker, want the watch", w.w.Running())
+	}
+	p.set.Close() // no subscription/cancel is sent: the connection just goes
+	c.expectText(`{"jsonrpc":"2.0","method":"subscription/closed","params":{"subscriptionId":"s1","reason":"UPSTREAM_LOST"}}`)
+	poll.Until(t, pollTimeout, "the worker to end the watch", func() (bool, string) {
+		n := w.w.Running()
+		return n == 0, fmt.Sprintf("%d running", n)
+	})
 }

@@ -182,6 +182,9 @@ func (l *link) natsMessage(m *nats.Msg) {
 		l.drop(dropUnknownID)
 		return
 	}
+	if rest == wire.EdgeAliveToken {
+		return // a worker's probe: being subscribed is the answer
+	}
 	if worker, ok := strings.CutPrefix(rest, wire.ProbeToken); ok {
 		if m.Header != nil && m.Header.Get(wire.Status) == wire.NoResponders {
 			l.workerGone(worker)
@@ -345,7 +348,16 @@ func (s *natsSupervisor) run() {
 	for {
 		select {
 		case <-s.u.quit:
+			// The cancels already queued (the gateway's shutdown cancels
+			// what it still held) leave before the connection closes;
+			// calls not yet sent do not (they are failed).
+			pubs := s.l.takePubs(nil)
 			s.l.fail() // calls in flight: UPSTREAM_UNAVAILABLE
+			for _, p := range pubs {
+				if p.id == 0 {
+					_ = nc.PublishMsg(p.msg)
+				}
+			}
 			return
 		case now := <-tick.C:
 			s.l.sweep(now.UnixNano())

@@ -52,14 +52,18 @@ type Config struct {
 	// DrainTimeout bounds a drain: the calls still running then are
 	// cancelled [30s].
 	DrainTimeout time.Duration
+	// ProbeInterval is how often the worker probes the edges it runs calls
+	// and subscriptions for, to end those of an edge that is gone [1s].
+	ProbeInterval time.Duration
 	// Logger [slog.Default()].
 	Logger *slog.Logger
 }
 
 // Defaults of Config.
 const (
-	DefaultMaxCalls     = 1024
-	DefaultDrainTimeout = 30 * time.Second
+	DefaultMaxCalls      = 1024
+	DefaultDrainTimeout  = 30 * time.Second
+	DefaultProbeInterval = time.Second
 )
 
 // Validate reports every problem of c at once.
@@ -78,8 +82,8 @@ func (c Config) Validate() error {
 	if c.ID != "" && strings.ContainsAny(c.ID, ".*> \t\r\n") {
 		errs = append(errs, fmt.Errorf("worker: id %q is not one NATS subject token", c.ID))
 	}
-	if c.MaxCalls < 0 || c.DrainTimeout < 0 {
-		errs = append(errs, errors.New("worker: negative MaxCalls or DrainTimeout"))
+	if c.MaxCalls < 0 || c.DrainTimeout < 0 || c.ProbeInterval < 0 {
+		errs = append(errs, errors.New("worker: negative MaxCalls, DrainTimeout or ProbeInterval"))
 	}
 	return errors.Join(errs...)
 }
@@ -87,6 +91,7 @@ func (c Config) Validate() error {
 // Worker serves one backend over NATS. Create it with New, run it with Serve.
 type Worker struct {
 	cfg     Config        // immutable after New
+	inbox   string        // immutable after New: root of the reply subjects of the worker's probes
 	nc      *nats.Conn    // immutable after New
 	sem     chan struct{} // a slot per running job
 	hard    context.Context
@@ -115,10 +120,13 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = DefaultProbeInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Worker{cfg: cfg, nc: cfg.Conn, sem: make(chan struct{}, cfg.MaxCalls),
+	w := &Worker{cfg: cfg, nc: cfg.Conn, inbox: nats.NewInbox(), sem: make(chan struct{}, cfg.MaxCalls),
 		calls: make(map[string]*job), subs: make(map[string]*job)}
 	w.hard, w.stop = context.WithCancel(context.Background())
 	return w, nil
@@ -159,6 +167,16 @@ func (w *Worker) Serve(ctx context.Context) error {
 		return err
 	}
 	defer alive.Unsubscribe()
+	// Probes of the edges: their no-responders answers come back here.
+	probes, err := w.nc.Subscribe(w.inbox+".>", w.edgeGone)
+	if err != nil {
+		return err
+	}
+	defer probes.Unsubscribe()
+	stopProbing := make(chan struct{})
+	probing := make(chan struct{})
+	go w.probeEdges(stopProbing, probing)
+	defer func() { close(stopProbing); <-probing }()
 	queue, err := w.nc.QueueSubscribe(w.cfg.Prefix+".>", w.cfg.Prefix, w.take)
 	if err != nil {
 		return err
@@ -243,6 +261,64 @@ func (w *Worker) endSubscriptions() {
 	defer w.mu.Unlock()
 	for _, j := range w.subs {
 		j.lost.Store(true)
+		j.cancel()
+	}
+}
+
+// probeEdges publishes, every ProbeInterval, an empty probe to the inbox of
+// each edge the worker runs something for (package wire), with a reply
+// subject under w.inbox; edgeGone takes the NATS server's no-responders
+// answers. It returns when stop is closed.
+func (w *Worker) probeEdges(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(w.cfg.ProbeInterval)
+	defer t.Stop()
+	edges := make(map[string]bool)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		clear(edges)
+		w.mu.Lock()
+		for reply := range w.calls {
+			if i := strings.LastIndexByte(reply, '.'); i > 0 {
+				edges[reply[:i]] = true // _INBOX.<nuid> of _INBOX.<nuid>.<id>
+			}
+		}
+		w.mu.Unlock()
+		for inbox := range edges {
+			w.publish(&nats.Msg{Subject: inbox + "." + wire.EdgeAliveToken, Reply: w.inbox + "." + inbox})
+		}
+	}
+}
+
+// edgeGone takes the answers to the worker's probes: the NATS server's
+// no-responders status says the edge inbox named after w.inbox is gone, so
+// everything the worker runs for it is cancelled, and nothing more is sent
+// there. Runs on nats.go's delivery goroutine of the probes' subscription.
+func (w *Worker) edgeGone(m *nats.Msg) {
+	if m.Header == nil || m.Header.Get(wire.Status) != wire.NoResponders {
+		return
+	}
+	inbox, ok := strings.CutPrefix(m.Subject, w.inbox+".")
+	if !ok {
+		return
+	}
+	var gone []*job
+	w.mu.Lock()
+	for reply, j := range w.calls {
+		if strings.HasPrefix(reply, inbox+".") {
+			gone = append(gone, j)
+		}
+	}
+	w.mu.Unlock()
+	if len(gone) > 0 {
+		w.cfg.Logger.Warn("worker: edge gone, its calls cancelled", "inbox", inbox, "calls", len(gone))
+	}
+	for _, j := range gone {
+		j.byEdge.Store(true)
 		j.cancel()
 	}
 }

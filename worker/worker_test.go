@@ -102,7 +102,7 @@ func startWith(t *testing.T, h backend.Handler) *fixture {
 	if h == nil {
 		h = f.mem
 	}
-	f.w, err = New(Config{Conn: f.wnc, Prefix: "svc", Handler: h, Subscriber: f.mem,
+	f.w, err = New(Config{Conn: f.wnc, Prefix: "svc", Handler: h, Subscriber: f.mem, ProbeInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -133,15 +133,21 @@ func (f *fixture) call(t *testing.T, reply, method, body string) {
 	}
 }
 
-// next returns the next message on the test's inbox.
+// next returns the next message on the test's inbox other than the
+// worker's probes of it.
 func (f *fixture) next(t *testing.T) *nats.Msg {
 	t.Helper()
-	select {
-	case m := <-f.inbox:
-		return m
-	case <-time.After(timeout):
-		t.Fatal("no message on the inbox")
-		return nil
+	for {
+		select {
+		case m := <-f.inbox:
+			if m.Subject == "_INBOX.t."+wire.EdgeAliveToken {
+				continue
+			}
+			return m
+		case <-time.After(timeout):
+			t.Fatal("no message on the inbox")
+			return nil
+		}
 	}
 }
 
@@ -304,4 +310,47 @@ func TestHandlerPanic(t *testing.T) {
 		f.expectAccepted(t, "_INBOX.t."+id)
 		f.expect(t, "_INBOX.t."+id, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32603,"message":"Internal error","data":{"code":"BACKEND_PANIC"}}}`)
 	}
+}
+
+// TestEdgeGone: a worker ends what it runs for an edge whose connection is
+// gone (here a subscription that would run for ever and a call on a gate):
+// its probe of the edge's inbox gets the NATS server's no-responders.
+func TestEdgeGone(t *testing.T) {
+	f := start(t)
+	gone, err := nats.Connect(f.ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan *nats.Msg, 64)
+	if _, err := gone.ChanSubscribe("_INBOX.g.>", events); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.PublishMsg(&nats.Msg{Subject: "svc.edge/ticks", Reply: "_INBOX.g.1",
+		Header: nats.Header{wire.Stream: []string{"_INBOX.g.s.1"}},
+		Data:   []byte(`{"jsonrpc":"2.0","id":1,"method":"edge/ticks","params":{"count":1000000,"intervalMs":5}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.PublishMsg(&nats.Msg{Subject: "svc.edge/gate", Reply: "_INBOX.g.2",
+		Data: []byte(`{"jsonrpc":"2.0","id":2,"method":"edge/gate","params":{"name":"g"}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, timeout, "the subscription and the call running", func() (bool, string) {
+		return f.w.Running() == 2 && f.mem.Waiting("g") == 1, fmt.Sprintf("%d running", f.w.Running())
+	})
+	// The probes of a live edge end nothing.
+	for seen := false; !seen; {
+		select {
+		case m := <-events:
+			seen = m.Subject == "_INBOX.g."+wire.EdgeAliveToken
+		case <-time.After(timeout):
+			t.Fatal("no probe of the edge")
+		}
+	}
+	if f.w.Running() != 2 {
+		t.Fatalf("%d running while the edge lives, want 2", f.w.Running())
+	}
+	gone.Close()
+	poll.Until(t, timeout, "the edge's work to end", func() (bool, string) {
+		return f.w.Running() == 0 && f.mem.Waiting("g") == 0, fmt.Sprintf("%d running", f.w.Running())
+	})
 }

@@ -23,6 +23,14 @@
 // with calls on a worker publishes an empty probe to it with a reply subject
 // _INBOX.<nuid>.w.<worker id>, and the NATS server's no-responders status
 // on that reply means the worker's connection is gone.
+//
+// The other way round, a worker whose edge went away (crashed, or closed
+// before its subscription/cancel left) would stream into the void for
+// ever (and a long call would run for nobody). So a worker probes the inbox
+// of each edge it runs calls or subscriptions for, on _INBOX.<nuid>.alive
+// with a reply subject of its own; the edge's wildcard subscription takes
+// it and answers nothing, and no-responders means the edge's connection is
+// gone: the worker cancels what it runs for that edge.
 package wire
 
 // Headers.
@@ -56,6 +64,10 @@ func AliveSubject(prefix, worker string) string { return "_EDGE.alive." + prefix
 // ProbeToken starts the part of an inbox subject after _INBOX.<nuid>. that
 // answers a probe of a worker: w.<worker id>.
 const ProbeToken = "w."
+
+// EdgeAliveToken ends the subject a worker probes an edge inbox on:
+// _INBOX.<nuid>.alive.
+const EdgeAliveToken = "alive"
 
 // StreamToken starts the part of an inbox subject after _INBOX.<nuid>. that
 // names a subscription's stream: s.<id>.
