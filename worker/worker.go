@@ -10,6 +10,12 @@
 // drains when its context ends: it takes nothing new, lets the unary calls it
 // took finish, and hands its subscriptions back (they end UPSTREAM_LOST, so
 // their clients resubscribe from their cursor through another worker).
+//
+// Neither side of NATS request/reply learns by itself that the other is
+// gone, so each probes the other (package wire): a worker holds an alive
+// subject that edges probe while it runs their calls, and probes the inbox
+// of each edge it runs calls for, cancelling what it runs for an edge whose
+// connection is gone.
 package worker
 
 import (
@@ -90,12 +96,12 @@ func (c Config) Validate() error {
 
 // Worker serves one backend over NATS. Create it with New, run it with Serve.
 type Worker struct {
-	cfg     Config        // immutable after New
-	inbox   string        // immutable after New: root of the reply subjects of the worker's probes
-	nc      *nats.Conn    // immutable after New
-	sem     chan struct{} // a slot per running job
-	hard    context.Context
-	stop    context.CancelFunc // cancels every job: drain timed out, or the connection closed
+	cfg     Config             // immutable after New
+	inbox   string             // immutable after New: root of the reply subjects of the worker's probes
+	nc      *nats.Conn         // immutable after New
+	sem     chan struct{}      // a slot per running job
+	hard    context.Context    // immutable after New: the parent of every job's context
+	stop    context.CancelFunc // cancels hard: drain timed out, or the connection closed
 	jobs    sync.WaitGroup     // running jobs
 	taken   atomic.Int64       // calls and subscriptions taken
 	taking  atomic.Bool        // the queue subscription is open
