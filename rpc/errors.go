@@ -38,3 +38,16 @@ func protocolError(code codec.Code, dataCode string) *backend.Error {
 func serverError(message, dataCode string) *backend.Error {
 	return &backend.Error{Code: int(codec.CodeServerError), Message: message, DataCode: dataCode}
 }
+
+// AppendErrorResponse appends the JSON-RPC error response to request id (raw
+// token, nil for null) for err, a backend's error, as a session writes it
+// (CONTRACT.md section 7): a *backend.RawError byte for byte, anything else
+// through errorFields. Package worker answers with it, so that a call served
+// over NATS fails exactly as it would in-process. Safe for concurrent use.
+func AppendErrorResponse(dst, id []byte, err error) []byte {
+	if raw, ok := err.(*backend.RawError); ok {
+		return codec.AppendRawError(dst, id, raw.Object)
+	}
+	code, message, dataCode, details := errorFields(err)
+	return codec.AppendError(dst, id, code, message, dataCode, details)
+}

@@ -469,13 +469,7 @@ func (s *Session) stats(id []byte) {
 
 // sendError answers id (nil: null) with err as a JSON-RPC error object.
 func (s *Session) sendError(id []byte, err error) {
-	if raw, ok := err.(*backend.RawError); ok {
-		s.buf = codec.AppendRawError(s.buf[:0], id, raw.Object)
-		s.send(s.buf)
-		return
-	}
-	code, message, dataCode, details := errorFields(err)
-	s.buf = codec.AppendError(s.buf[:0], id, code, message, dataCode, details)
+	s.buf = AppendErrorResponse(s.buf[:0], id, err)
 	s.send(s.buf)
 }
 

@@ -26,6 +26,12 @@ func chains(t *testing.T) map[string]func(t *testing.T) (*proxy, *upstreamEdge) 
 		"exec": func(t *testing.T) (*proxy, *upstreamEdge) {
 			return startProxy(t, upstream.Config{}, []string{"e=exec:" + edgeBinary(t) + " --stdio"}), nil
 		},
+		"nats": func(t *testing.T) (*proxy, *upstreamEdge) {
+			ns := startNATS(t)
+			startWorker(t, ns, "svc")
+			startWorker(t, ns, "svc")
+			return startProxy(t, upstream.Config{}, []string{"e=" + natsURL(ns, "svc")}), nil
+		},
 	}
 }
 

@@ -29,6 +29,26 @@ const (
 // goroutine; msg is valid only during the call. Nothing here blocks: calls
 // are finished and events emitted through the gateway's non-blocking hand-offs.
 func (l *link) handle(msg []byte) {
+	env, ok := parseEnvelope(msg)
+	if !ok {
+		l.drop(dropBadJSON)
+		return
+	}
+	switch {
+	case env.method != nil && env.id != nil:
+		l.refuse(env.id)
+	case env.method != nil:
+		l.notification(env.method, env.params)
+	case env.id != nil && (env.result != nil) != (env.errObj != nil):
+		l.response(env.id, env.result, env.errObj)
+	default:
+		l.drop(dropBadJSON)
+	}
+}
+
+// parseEnvelope reads the members of a JSON-RPC 2.0 message that handle
+// acts on; false when msg is not one.
+func parseEnvelope(msg []byte) (envelope, bool) {
 	var env envelope
 	ok := codec.EachMember(msg, func(k, v []byte) bool {
 		switch {
@@ -47,20 +67,7 @@ func (l *link) handle(msg []byte) {
 		}
 		return true
 	})
-	if !ok || !env.jsonrpc {
-		l.drop(dropBadJSON)
-		return
-	}
-	switch {
-	case env.method != nil && env.id != nil:
-		l.refuse(env.id)
-	case env.method != nil:
-		l.notification(env.method, env.params)
-	case env.id != nil && (env.result != nil) != (env.errObj != nil):
-		l.response(env.id, env.result, env.errObj)
-	default:
-		l.drop(dropBadJSON)
-	}
+	return env, ok && env.jsonrpc
 }
 
 // refuse answers a request from the upstream with -32601: edge serves no
@@ -71,6 +78,9 @@ func (l *link) refuse(id []byte) {
 		return
 	}
 	l.drop(dropRequest)
+	if l.nats != nil {
+		return // a worker has no business asking edge anything
+	}
 	msg := codec.AppendError(nil, id, codec.CodeMethodNotFound, "Method not found", "", nil)
 	l.mu.Lock()
 	if l.up_ {
@@ -87,6 +97,12 @@ func (l *link) response(idTok, result, errObj []byte) {
 		l.drop(dropUnknownID)
 		return
 	}
+	l.answer(id, result, errObj)
+}
+
+// answer applies the answer to the call with upstream id id: a unary call
+// finishes, a subscription is established (or fails).
+func (l *link) answer(id uint64, result, errObj []byte) {
 	l.mu.Lock()
 	e, ok := l.pending[id]
 	if !ok || e.live {
@@ -100,7 +116,7 @@ func (l *link) response(idTok, result, errObj []byte) {
 			// Cancelled while establishing: the upstream's new subscription
 			// is not wanted.
 			if sub, ok := subscriptionID(result); ok {
-				l.appendLocked(appendSubCancel(nil, sub))
+				l.subCancelLocked(e, sub)
 			}
 		}
 		l.mu.Unlock()
@@ -120,9 +136,11 @@ func (l *link) response(idTok, result, errObj []byte) {
 		}
 		return
 	}
-	// A subscription is established: its id is mapped to edge's own.
+	// A subscription is established: its id is mapped to edge's own. A
+	// NATS link finds its subscriptions by the stream subject instead:
+	// workers' ids are not unique across workers.
 	sub, ok := subscriptionID(result)
-	if !ok || l.subs[sub] != 0 {
+	if !ok || (l.nats == nil && l.subs[sub] != 0) {
 		delete(l.pending, id)
 		l.mu.Unlock()
 		l.inflight.Add(-1)
@@ -133,7 +151,9 @@ func (l *link) response(idTok, result, errObj []byte) {
 	}
 	e.live, e.upSub, e.deadline = true, sub, 0
 	l.pending[id] = e
-	l.subs[sub] = id
+	if l.nats == nil {
+		l.subs[sub] = id
+	}
 	l.mu.Unlock()
 	l.inflight.Add(-1)
 	l.ended(e, outcomeOK, nowNanos())
@@ -159,9 +179,39 @@ func (l *link) notification(method, params []byte) {
 // event passes an event on to its subscription: the subscriptionId is
 // edge's, every other member of params goes through byte for byte.
 func (l *link) event(params []byte) {
-	var subTok, cursor []byte
-	body := l.body[:0]
-	ok := codec.EachMember(params, func(k, v []byte) bool {
+	sub, cursor, body, ok := l.parseEvent(params)
+	if !ok {
+		l.drop(dropBadJSON)
+		return
+	}
+	l.emit(l.subscription(sub), cursor, body)
+}
+
+// subscription returns the upstream id of the call that established the
+// upstream's subscription sub (0 for none).
+func (l *link) subscription(sub []byte) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.subs[string(sub)]
+}
+
+// emit passes an event on to the live subscription of call id.
+func (l *link) emit(id uint64, cursor, body []byte) {
+	l.mu.Lock()
+	e, found := l.pending[id]
+	l.mu.Unlock()
+	if !found || !e.live {
+		return // cancelled a moment ago: at most one event may still arrive
+	}
+	e.stream.Emit(cursor, body)
+}
+
+// parseEvent reads an event's params: the upstream's subscription id
+// (unquoted), the cursor and the other members (in reader-owned scratch).
+func (l *link) parseEvent(params []byte) (sub, cursor, body []byte, ok bool) {
+	var subTok []byte
+	body = l.body[:0]
+	ok = codec.EachMember(params, func(k, v []byte) bool {
 		if codec.KeyIs(k, "subscriptionId") {
 			// The last one wins (as for every member, CONTRACT.md section
 			// 2.4), and none reaches the client: the id it sees is edge's.
@@ -179,26 +229,30 @@ func (l *link) event(params []byte) {
 	})
 	l.body = body
 	if !ok || subTok == nil || subTok[0] != '"' {
-		l.drop(dropBadJSON)
-		return
+		return nil, nil, nil, false
 	}
-	sub, _ := codec.AppendUnquote(l.name[:0], subTok)
+	sub, _ = codec.AppendUnquote(l.name[:0], subTok)
 	l.name = sub
-	l.mu.Lock()
-	e, found := l.pending[l.subs[string(sub)]]
-	l.mu.Unlock()
-	if !found || !e.live {
-		return // cancelled a moment ago: at most one event may still arrive
-	}
-	e.stream.Emit(cursor, body)
+	return sub, cursor, body, true
 }
 
 // closed ends a subscription the upstream ended: "done" ends it "done" once
 // its buffered events are delivered; any other reason ends it UPSTREAM_LOST,
 // so the client resubscribes from its lastDeliveredCursor.
 func (l *link) closed(params []byte) {
-	var subTok, reason []byte
-	ok := codec.EachMember(params, func(k, v []byte) bool {
+	sub, reason, ok := l.parseClosed(params)
+	if !ok {
+		l.drop(dropBadJSON)
+		return
+	}
+	l.end(l.subscription(sub), reason)
+}
+
+// parseClosed reads subscription/closed params: the upstream's subscription
+// id (unquoted, reader-owned scratch) and the raw reason.
+func (l *link) parseClosed(params []byte) (sub, reason []byte, ok bool) {
+	var subTok []byte
+	ok = codec.EachMember(params, func(k, v []byte) bool {
 		switch {
 		case codec.KeyIs(k, "subscriptionId"):
 			subTok = v
@@ -208,13 +262,17 @@ func (l *link) closed(params []byte) {
 		return true
 	})
 	if !ok || subTok == nil || subTok[0] != '"' {
-		l.drop(dropBadJSON)
-		return
+		return nil, nil, false
 	}
-	sub, _ := codec.AppendUnquote(l.name[:0], subTok)
+	sub, _ = codec.AppendUnquote(l.name[:0], subTok)
 	l.name = sub
+	return sub, reason, true
+}
+
+// end ends the live subscription of call id as the upstream ended it with
+// reason (raw JSON).
+func (l *link) end(id uint64, reason []byte) {
 	l.mu.Lock()
-	id := l.subs[string(sub)]
 	e, found := l.pending[id]
 	if found && e.live {
 		delete(l.pending, id)

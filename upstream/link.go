@@ -9,13 +9,15 @@ import (
 	"github.com/openengine/edge/codec"
 )
 
-// link is one connection to an upstream (a TCP or WebSocket connection, or
-// an exec child's stdio) and the calls in flight on it. Forward and Cancel
-// run on the gateway's event loops and never wait for I/O: they append to the
-// output buffer under mu and wake the writer. The link's reader goroutine
-// applies what the upstream sends; its writer goroutine writes the output
-// buffer and sweeps timed-out calls. No goroutine waits per call: a call in
-// flight is one entry in pending.
+// link is one connection to an upstream (a TCP or WebSocket connection, an
+// exec child's stdio, or a NATS connection) and the calls in flight on it.
+// Forward and Cancel run on the gateway's event loops and never wait for
+// I/O: they append to the output buffer (NATS: the queue of messages to
+// publish) under mu and wake the writer. The link's reader goroutine (NATS:
+// nats.go's delivery goroutine of the inbox subscription) applies what the
+// upstream sends; its writer goroutine writes the output buffer (publishes)
+// and sweeps timed-out calls. No goroutine waits per call: a call in flight
+// is one entry in pending.
 type link struct {
 	up   *Upstream // immutable
 	desc string    // immutable: for logs, e.g. "tcp://127.0.0.1:9000#1"
@@ -25,6 +27,10 @@ type link struct {
 	// cancels reports whether the transport forwards $/cancelRequest (ws).
 	// Immutable.
 	cancels bool
+	// nats is the NATS side of a nats:// link, nil for the byte-stream
+	// transports: its messages are queued in pubs instead of out.
+	// Immutable.
+	nats *natsLink
 
 	mu      sync.Mutex
 	up_     bool              // guarded by mu: connected, accepting calls
@@ -32,6 +38,8 @@ type link struct {
 	pending map[uint64]call   // guarded by mu: calls in flight and live subscriptions, by upstream id
 	subs    map[string]uint64 // guarded by mu: upstream subscription id -> upstream request id
 	out     []byte            // guarded by mu: framed output not yet taken by the writer
+	pubs    []natsPub         // guarded by mu: NATS messages not yet taken by the writer
+	pubSize int               // guarded by mu: bytes in pubs
 	enc     []byte            // guarded by mu: scratch for a message being framed
 	wake    chan struct{}     // cap 1: output or a state change for the writer
 
@@ -50,6 +58,7 @@ type call struct {
 	live     bool           // a subscription the upstream established
 	upSub    string         // the upstream's subscription id, once live
 	dropped  bool           // the gateway cancelled it: its answer is not wanted
+	worker   string         // NATS: the worker that took the call, once it said so
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
@@ -67,8 +76,13 @@ func (l *link) signal() {
 // Forward implements backend.Forwarder for this one link. Runs on a loop.
 func (l *link) forward(c backend.Call) backend.Ticket {
 	st := c.Stream()
+	if l.nats != nil && !validToken(c.Method()) {
+		// No NATS subject can carry it, so no worker serves it.
+		c.Finish(nil, backend.ErrUnknownMethod)
+		return backend.Ticket{}
+	}
 	l.mu.Lock()
-	if !l.up_ || len(l.out) > l.up.cfg.MaxPendingBytes {
+	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
 		l.mu.Unlock()
 		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
@@ -77,9 +91,12 @@ func (l *link) forward(c backend.Call) backend.Ticket {
 	}
 	l.nextID++
 	id := l.nextID
-	if l.frame == nil {
+	switch {
+	case l.nats != nil:
+		l.nats.requestLocked(l, id, c.Method(), c.Params(), st != nil)
+	case l.frame == nil:
 		l.out = append(codec.AppendRequest(l.out, id, c.Method(), c.Params()), '\n')
-	} else {
+	default:
 		l.enc = codec.AppendRequest(l.enc[:0], id, c.Method(), c.Params())
 		l.out = l.frame(l.out, l.enc)
 	}
@@ -103,9 +120,7 @@ func (l *link) Cancel(id uint64) {
 		// subscription/closed after subscription/cancel (CONTRACT.md 2.3).
 		delete(l.pending, id)
 		delete(l.subs, e.upSub)
-		if l.up_ {
-			l.appendLocked(appendSubCancel(nil, e.upSub))
-		}
+		l.subCancelLocked(e, e.upSub)
 		l.mu.Unlock()
 		l.signal()
 		e.c.Finish(nil, nil)
@@ -115,12 +130,44 @@ func (l *link) Cancel(id uint64) {
 	// upstream answers or the call times out), then dropped.
 	e.dropped = true
 	l.pending[id] = e
-	if l.cancels && e.stream == nil && l.up_ {
-		l.appendLocked(appendCancelRequest(nil, id))
-	}
+	l.cancelLocked(id, e)
 	l.mu.Unlock()
 	l.signal()
 }
+
+// cancelLocked forwards the cancel of call id, in flight, where the
+// transport can: $/cancelRequest to a ws upstream for a unary call; to a
+// NATS worker once it has said it took the call, unary or subscription.
+// Called with mu held.
+func (l *link) cancelLocked(id uint64, e call) {
+	switch {
+	case !l.up_:
+	case l.nats != nil:
+		if e.worker != "" {
+			l.nats.cancelLocked(l, id, e.worker)
+		}
+	case l.cancels && e.stream == nil:
+		l.appendLocked(appendCancelRequest(nil, id))
+	}
+}
+
+// subCancelLocked forwards subscription/cancel of the upstream's
+// subscription upSub, established by call e. Called with mu held.
+func (l *link) subCancelLocked(e call, upSub string) {
+	switch {
+	case !l.up_:
+	case l.nats != nil:
+		if e.worker != "" {
+			l.nats.subCancelLocked(l, e.worker, upSub)
+		}
+	default:
+		l.appendLocked(appendSubCancel(nil, upSub))
+	}
+}
+
+// backlogLocked is the output not yet taken by the writer, in bytes.
+// Called with mu held.
+func (l *link) backlogLocked() int { return len(l.out) + l.pubSize }
 
 // appendLocked frames msg onto the output. Called with mu held.
 func (l *link) appendLocked(msg []byte) {
@@ -143,15 +190,22 @@ func appendSubCancel(dst []byte, upSub string) []byte {
 	return append(dst, "}}"...)
 }
 
-// open marks the link connected with fresh tables. Called by the
-// supervisor once the transport is up.
-func (l *link) open() {
+// open marks the link connected with fresh tables and reports whether it
+// was down: an up link keeps its tables (NATS: the connect callback and the
+// supervisor may both see the connection up). Called by the supervisor once
+// the transport is up.
+func (l *link) open() bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up_ {
+		return false
+	}
 	l.up_ = true
 	l.pending = make(map[uint64]call)
 	l.subs = make(map[string]uint64)
 	l.out = l.out[:0]
-	l.mu.Unlock()
+	l.pubs, l.pubSize = nil, 0
+	return true
 }
 
 // isUp reports whether the link takes calls.
@@ -174,6 +228,7 @@ func (l *link) fail() {
 	pending := l.pending
 	l.pending, l.subs = nil, nil
 	l.out = l.out[:0]
+	l.pubs, l.pubSize = nil, 0
 	l.mu.Unlock()
 	l.inflight.Store(0)
 	now := nowNanos()
@@ -197,21 +252,38 @@ func (l *link) take(spare []byte) []byte {
 }
 
 // sweep answers UPSTREAM_TIMEOUT to every call whose deadline has passed
-// and forwards the cancel as Cancel does.
+// and forwards the cancel as Cancel does. On a NATS link it also probes
+// every worker that holds calls, so that a worker that died is noticed
+// within a sweep (workerGone).
 func (l *link) sweep(now int64) {
 	var expired []call
+	var probe map[string]bool // NATS: the workers that hold calls
 	l.mu.Lock()
 	for id, e := range l.pending {
+		if e.worker != "" && !probe[e.worker] {
+			if probe == nil {
+				probe = make(map[string]bool)
+			}
+			probe[e.worker] = true
+		}
 		if e.live || e.deadline == 0 || e.deadline > now {
 			continue
 		}
 		delete(l.pending, id)
-		if l.cancels && e.stream == nil && !e.dropped {
-			l.appendLocked(appendCancelRequest(nil, id))
+		if !e.dropped {
+			l.cancelLocked(id, e)
 		}
 		expired = append(expired, e)
 	}
+	if l.up_ {
+		for w := range probe {
+			l.nats.probeLocked(l, w)
+		}
+	}
 	l.mu.Unlock()
+	if len(probe) > 0 {
+		l.signal()
+	}
 	if len(expired) == 0 {
 		return
 	}
@@ -225,13 +297,20 @@ func (l *link) sweep(now int64) {
 
 // notify writes a notification. Runs on a loop.
 func (l *link) notify(method string, params []byte) {
+	if l.nats != nil && !validToken(method) {
+		return
+	}
 	l.mu.Lock()
-	if !l.up_ || len(l.out) > l.up.cfg.MaxPendingBytes {
+	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		l.mu.Unlock()
 		return
 	}
-	l.enc = codec.AppendNotification(l.enc[:0], method, params)
-	l.appendLocked(l.enc)
+	if l.nats != nil {
+		l.nats.notifyLocked(l, method, params)
+	} else {
+		l.enc = codec.AppendNotification(l.enc[:0], method, params)
+		l.appendLocked(l.enc)
+	}
 	l.mu.Unlock()
 	l.signal()
 }

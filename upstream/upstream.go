@@ -1,6 +1,6 @@
 // Package upstream puts edge in front of other JSON-RPC servers (CONTRACT.md
 // section 10): it forwards calls over exec children (NDJSON on stdio), TCP
-// (NDJSON), WebSocket and HTTP, rewriting ids so that many client
+// (NDJSON), WebSocket, HTTP and NATS (section 13, nats.go), rewriting ids so that many client
 // connections share a few upstream connections.
 //
 // An Upstream is a backend.Forwarder. Forward runs on an event loop and never
@@ -22,12 +22,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/openengine/edge/backend"
 )
 
 // Config configures the upstreams. Zero values mean the defaults.
 type Config struct {
-	// Conns is the number of connections per tcp or ws replica [2].
+	// Conns is the number of connections per tcp or ws replica [2] (a
+	// nats replica is one connection).
 	Conns int
 	// Timeout is how long a unary call may wait for its answer [30s].
 	Timeout time.Duration
@@ -99,6 +102,7 @@ const (
 	TCP
 	WebSocket
 	HTTP
+	NATS
 )
 
 func (k Kind) String() string {
@@ -111,6 +115,8 @@ func (k Kind) String() string {
 		return "ws"
 	case HTTP:
 		return "http"
+	case NATS:
+		return "nats"
 	}
 	return "unknown"
 }
@@ -120,7 +126,9 @@ type Replica struct {
 	Kind Kind
 	URL  string   // as given
 	Argv []string // exec: the command and its arguments
-	Addr string   // tcp: host:port
+	Addr string   // tcp: host:port; nats: nats://host:port
+	// Prefix is a nats replica's subject prefix and queue group.
+	Prefix string
 }
 
 // ParseURL parses the URL of an --upstream flag.
@@ -135,8 +143,6 @@ func ParseURL(s string) (Replica, error) {
 			return Replica{}, fmt.Errorf("%q: no command", s)
 		}
 		return Replica{Kind: Exec, URL: s, Argv: argv}, nil
-	case strings.HasPrefix(s, "nats://"):
-		return Replica{}, fmt.Errorf("%q: nats upstreams are not built yet (CONTRACT.md section 13)", s)
 	}
 	u, err := url.Parse(s)
 	if err != nil {
@@ -155,8 +161,14 @@ func ParseURL(s string) (Replica, error) {
 		return Replica{Kind: WebSocket, URL: s, Addr: u.Host}, nil
 	case "http":
 		return Replica{Kind: HTTP, URL: s, Addr: u.Host}, nil
+	case "nats":
+		prefix := strings.TrimPrefix(u.Path, "/")
+		if !validToken(prefix) || strings.ContainsAny(prefix, "/") || u.RawQuery != "" {
+			return Replica{}, fmt.Errorf("%q: want nats://HOST:PORT/PREFIX, PREFIX a NATS subject without wildcards", s)
+		}
+		return Replica{Kind: NATS, URL: s, Addr: "nats://" + u.Host, Prefix: prefix}, nil
 	}
-	return Replica{}, fmt.Errorf("%q: want exec:, tcp://, ws:// or http://", s)
+	return Replica{}, fmt.Errorf("%q: want exec:, tcp://, ws:// or http://, or nats://HOST:PORT/PREFIX", s)
 }
 
 // splitWords splits a command line on spaces; double quotes group words.
@@ -198,7 +210,7 @@ type Upstream struct {
 	http []*httpReplica // HTTP replicas
 	// links are the connections of every exec, tcp and ws replica.
 	links   []*link
-	sups    []*supervisor
+	sups    []interface{ run() }
 	dropped atomic.Int64 // upstream messages dropped (CONTRACT.md section 10)
 	next    atomic.Uint32
 	quit    chan struct{}
@@ -219,6 +231,13 @@ func New(name string, replicas []Replica, cfg Config) *Upstream {
 			u.http = append(u.http, newHTTPReplica(u, r))
 		case Exec:
 			u.addLink(r, r.URL)
+		case NATS:
+			// One nats.go connection per replica: it multiplexes every
+			// call, and reconnects by itself.
+			l := newLink(u, r.URL, nil, false)
+			l.nats = &natsLink{prefix: r.Prefix, inbox: nats.NewInbox()}
+			u.links = append(u.links, l)
+			u.sups = append(u.sups, &natsSupervisor{u: u, l: l, r: r})
 		default:
 			for i := range cfg.Conns {
 				u.addLink(r, fmt.Sprintf("%s#%d", r.URL, i+1))

@@ -255,6 +255,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runClient(ctx, args[0], args[1:], stdout, stderr)
 		case "config":
 			return runConfig(args[1:], os.Environ(), stdout, stderr)
+		case "worker":
+			return runWorker(ctx, args[1:], stderr)
 		}
 	}
 	environ := os.Environ()

@@ -1,0 +1,385 @@
+package upstream
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/codec"
+	"github.com/openengine/edge/internal/wire"
+)
+
+// This file is the nats:// transport (CONTRACT.md section 13; the subjects
+// and headers are package wire's). A NATS replica is one nats.go connection,
+// which reconnects by itself, and one link: the same pending table, timeout
+// sweep and failure semantics as the other transports, and handle.go's
+// reading of answers and notifications.
+//
+// Nothing runs per call. Forward, on a loop, queues the request for the
+// link's writer goroutine, which publishes it: nats.go's publish writes to the
+// socket under the connection's lock once its buffer fills, which a loop must
+// never wait for. Answers arrive on the link's one wildcard inbox
+// subscription (_INBOX.<nuid>.>) and are applied on nats.go's delivery
+// goroutine for it, correlated by the id the reply subject ends with.
+
+// natsLink is the NATS side of a nats:// link.
+type natsLink struct {
+	prefix string // immutable: PREFIX, the workers' queue group
+	inbox  string // immutable: _INBOX.<nuid>, root of the link's reply subjects
+}
+
+// natsPub is one message for the writer to publish.
+type natsPub struct {
+	msg *nats.Msg
+	id  uint64 // the call it starts, 0 for a cancel or a notification
+}
+
+func (n *natsLink) reply(id uint64) string { return n.inbox + "." + strconv.FormatUint(id, 10) }
+func (n *natsLink) stream(id uint64) string {
+	return n.inbox + "." + wire.StreamToken + strconv.FormatUint(id, 10)
+}
+
+// requestLocked queues call id: PREFIX.<method>, reply _INBOX.<nuid>.<id>,
+// and for a subscription the Edge-Stream header. Called with l.mu held.
+func (n *natsLink) requestLocked(l *link, id uint64, method string, params []byte, stream bool) {
+	m := &nats.Msg{Subject: n.prefix + "." + method, Reply: n.reply(id), Data: codec.AppendRequest(nil, id, method, params)}
+	if stream {
+		m.Header = nats.Header{wire.Stream: []string{n.stream(id)}}
+	}
+	l.queueLocked(natsPub{msg: m, id: id})
+}
+
+// cancelLocked queues {"id":<id>} for the worker that took call id. Called
+// with l.mu held.
+func (n *natsLink) cancelLocked(l *link, id uint64, worker string) {
+	data := codec.AppendUint(append(make([]byte, 0, 32), `{"id":`...), id)
+	m := &nats.Msg{Subject: wire.CancelSubject(n.prefix, worker), Data: append(data, '}'),
+		Header: nats.Header{wire.Reply: []string{n.reply(id)}}}
+	l.queueLocked(natsPub{msg: m})
+}
+
+// subCancelLocked queues {"subscriptionId":<upSub>} for worker. Called with
+// l.mu held.
+func (n *natsLink) subCancelLocked(l *link, worker, upSub string) {
+	data := codec.AppendQuote(append(make([]byte, 0, 32+len(upSub)), `{"subscriptionId":`...), upSub)
+	l.queueLocked(natsPub{msg: &nats.Msg{Subject: wire.CancelSubject(n.prefix, worker), Data: append(data, '}')}})
+}
+
+// probeLocked queues an empty probe of worker on its alive subject, with a
+// reply subject the NATS server answers no-responders on once the worker's
+// connection is gone (package wire). Called with l.mu held.
+func (n *natsLink) probeLocked(l *link, worker string) {
+	l.queueLocked(natsPub{msg: &nats.Msg{Subject: wire.AliveSubject(n.prefix, worker),
+		Reply: n.inbox + "." + wire.ProbeToken + worker}})
+}
+
+// notifyLocked queues a notification on PREFIX.<method>, with no reply
+// subject: no answer comes back. Called with l.mu held.
+func (n *natsLink) notifyLocked(l *link, method string, params []byte) {
+	l.queueLocked(natsPub{msg: &nats.Msg{Subject: n.prefix + "." + method, Data: codec.AppendNotification(nil, method, params)}})
+}
+
+// queueLocked adds p for the writer. Called with mu held.
+func (l *link) queueLocked(p natsPub) {
+	l.pubs = append(l.pubs, p)
+	l.pubSize += len(p.msg.Subject) + len(p.msg.Reply) + len(p.msg.Data)
+}
+
+// takePubs hands the writer the queued messages and gives it spare for the
+// next.
+func (l *link) takePubs(spare []natsPub) []natsPub {
+	l.mu.Lock()
+	pubs := l.pubs
+	l.pubs, l.pubSize = spare[:0], 0
+	l.mu.Unlock()
+	return pubs
+}
+
+// refused answers call id UPSTREAM_UNAVAILABLE: no worker took it (the NATS
+// server's no-responders status), or it could not be published.
+func (l *link) refused(id uint64) {
+	l.mu.Lock()
+	e, ok := l.pending[id]
+	if !ok || e.live {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.pending, id)
+	l.mu.Unlock()
+	l.inflight.Add(-1)
+	e.c.Finish(nil, backend.ErrUpstreamUnavailable)
+}
+
+// accepted records that worker took call id; a cancel that came before it
+// knew whom to tell is sent now.
+func (l *link) accepted(id uint64, worker string) {
+	if !validToken(worker) || strings.IndexByte(worker, '.') >= 0 {
+		l.drop(dropBadJSON)
+		return
+	}
+	l.mu.Lock()
+	e, ok := l.pending[id]
+	if !ok || e.worker != "" {
+		l.mu.Unlock()
+		return
+	}
+	e.worker = worker
+	l.pending[id] = e
+	if e.dropped {
+		l.cancelLocked(id, e)
+	}
+	l.mu.Unlock()
+	l.signal()
+}
+
+// workerGone settles everything worker held, as a broken connection settles
+// everything on it: calls in flight get UPSTREAM_UNAVAILABLE, live
+// subscriptions end UPSTREAM_LOST.
+func (l *link) workerGone(worker string) {
+	var gone []call
+	var unary int64
+	l.mu.Lock()
+	for id, e := range l.pending {
+		if e.worker != worker {
+			continue
+		}
+		delete(l.pending, id)
+		if e.live {
+			delete(l.subs, e.upSub)
+		} else {
+			unary++
+		}
+		gone = append(gone, e)
+	}
+	l.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	l.inflight.Add(-unary)
+	l.up.log.Warn("upstream worker gone", "upstream", l.up.name, "conn", l.desc, "worker", worker, "calls", len(gone))
+	for _, e := range gone {
+		if e.live {
+			e.c.Finish(nil, backend.ErrUpstreamLost)
+		} else {
+			e.c.Finish(nil, backend.ErrUpstreamUnavailable)
+		}
+	}
+}
+
+// natsMessage applies one message on the link's inbox: a worker's
+// "accepted", a JSON-RPC response, the NATS server's no-responders status,
+// or on a stream subject a subscription's response, events and end. Runs on
+// nats.go's delivery goroutine of the inbox subscription; like handle, it
+// never blocks.
+func (l *link) natsMessage(m *nats.Msg) {
+	rest, ok := strings.CutPrefix(m.Subject, l.nats.inbox+".")
+	if !ok {
+		l.drop(dropUnknownID)
+		return
+	}
+	if rest == wire.EdgeAliveToken {
+		return // a worker's probe: being subscribed is the answer
+	}
+	if worker, ok := strings.CutPrefix(rest, wire.ProbeToken); ok {
+		if m.Header != nil && m.Header.Get(wire.Status) == wire.NoResponders {
+			l.workerGone(worker)
+		}
+		return
+	}
+	rest, stream := strings.CutPrefix(rest, wire.StreamToken)
+	id, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil || id == 0 {
+		l.drop(dropUnknownID)
+		return
+	}
+	if !stream && m.Header != nil {
+		if m.Header.Get(wire.Status) == wire.NoResponders && len(m.Data) == 0 {
+			l.refused(id)
+			return
+		}
+		if w := m.Header.Get(wire.Worker); w != "" {
+			l.accepted(id, w)
+			if len(m.Data) == 0 {
+				return
+			}
+		}
+	}
+	if len(m.Data) > l.up.cfg.MaxMessageBytes {
+		l.drop(dropTooLong)
+		return
+	}
+	env, ok := parseEnvelope(m.Data)
+	switch {
+	case !ok:
+		l.drop(dropBadJSON)
+	case env.method == nil && env.id != nil && (env.result != nil) != (env.errObj != nil):
+		// A response: the reply subject and the body must name the same
+		// call, so that nothing reaches another one.
+		if n, ok := codec.ParseUint(env.id); !ok || n != id {
+			l.drop(dropUnknownID)
+			return
+		}
+		l.answer(id, env.result, env.errObj)
+	case env.method != nil && env.id != nil:
+		l.drop(dropRequest)
+	case stream && codec.KeyIs(env.method, "event"):
+		if _, cursor, body, ok := l.parseEvent(env.params); ok {
+			l.emit(id, cursor, body)
+		} else {
+			l.drop(dropBadJSON)
+		}
+	case stream && codec.KeyIs(env.method, "subscription/closed"):
+		if _, reason, ok := l.parseClosed(env.params); ok {
+			l.end(id, reason)
+		} else {
+			l.drop(dropBadJSON)
+		}
+	case env.method != nil:
+		l.drop(dropUnknownNote)
+	default:
+		l.drop(dropBadJSON)
+	}
+}
+
+// validToken reports whether s can follow "PREFIX." in a subject that is
+// published to: dot-separated tokens, none empty or a wildcard, no
+// whitespace, and not the cancel subjects' token first.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, tok := range strings.Split(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") ||
+			(i == 0 && tok == wire.CancelToken) {
+			return false
+		}
+	}
+	return true
+}
+
+// inboxOverflowed handles nats.go's asynchronous error err on sub and
+// reports whether it failed the link: when nats.go dropped messages of the
+// inbox (its reader fell behind the subscription's pending limits), any
+// answer or event may be gone, so everything on the link is failed as on a
+// disconnect, rather than left to a timeout or to a silent gap in a stream.
+// The link may open again at once: ids are not reused, so a late answer
+// reaches nothing.
+func (l *link) inboxOverflowed(sub *nats.Subscription, err error) bool {
+	if !errors.Is(err, nats.ErrSlowConsumer) || sub == nil || sub.Subject != l.nats.inbox+".>" {
+		return false
+	}
+	l.fail()
+	return true
+}
+
+// natsSupervisor runs one nats:// replica: its connection (nats.go
+// reconnects it with the upstream's back-off), its inbox subscription, and
+// the link's writer, which also sweeps timed-out calls. The link is up while
+// the connection is: a disconnect fails every call in flight
+// UPSTREAM_UNAVAILABLE and every subscription UPSTREAM_LOST (link.fail), as a
+// broken connection of any transport does.
+type natsSupervisor struct {
+	u *Upstream
+	l *link
+	r Replica
+}
+
+func (s *natsSupervisor) run() {
+	defer s.u.wg.Done()
+	log := s.u.log.With("upstream", s.u.name, "conn", s.l.desc)
+	// ready carries "connected" from nats.go's callbacks to the loop
+	// below, which marks the link up only once the inbox subscription is
+	// in place.
+	ready := make(chan struct{}, 1)
+	// downLogged makes "unavailable" logged once per outage, from the
+	// callbacks (CONTRACT.md section 10).
+	var downLogged atomic.Bool
+	up := func(*nats.Conn) {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
+	nc, err := nats.Connect(s.r.Addr,
+		nats.Name("edge upstream "+s.u.name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration { return s.u.backoff(attempts - 1) }),
+		nats.ReconnectBufSize(-1), // nothing queues while down (CONTRACT.md section 10)
+		nats.Timeout(dialTimeout),
+		nats.ConnectHandler(up),
+		nats.ReconnectHandler(up),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if s.l.isUp() && downLogged.CompareAndSwap(false, true) {
+				log.Warn("upstream connection lost", "err", err)
+			}
+			s.l.fail()
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if s.l.inboxOverflowed(sub, err) {
+				log.Warn("upstream inbox overflowed: messages dropped, calls on it failed", "err", err)
+				up(nil) // open again, with fresh tables
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if downLogged.CompareAndSwap(false, true) {
+				log.Warn("upstream unavailable", "err", err)
+			}
+		}),
+	)
+	if err != nil {
+		log.Error("upstream unusable", "err", err)
+		return
+	}
+	defer nc.Close()
+	if _, err := nc.Subscribe(s.l.nats.inbox+".>", s.l.natsMessage); err != nil {
+		log.Error("upstream unusable", "err", err)
+		return
+	}
+	up(nc)
+	tick := time.NewTicker(sweepEvery(s.u.cfg.Timeout))
+	defer tick.Stop()
+	var spare []natsPub
+	for {
+		select {
+		case <-s.u.quit:
+			// The cancels already queued (the gateway's shutdown cancels
+			// what it still held) leave before the connection closes;
+			// calls not yet sent do not (they are failed).
+			pubs := s.l.takePubs(nil)
+			s.l.fail() // calls in flight: UPSTREAM_UNAVAILABLE
+			for _, p := range pubs {
+				if p.id == 0 {
+					_ = nc.PublishMsg(p.msg)
+				}
+			}
+			return
+		case now := <-tick.C:
+			s.l.sweep(now.UnixNano())
+		case <-ready:
+			// The connection is (again) up and the inbox subscription is in
+			// place: nats.go resends it before it reports a reconnect.
+			if nc.IsConnected() && s.l.open() {
+				downLogged.Store(false)
+				log.Info("upstream connected")
+			}
+		case <-s.l.wake:
+			pubs := s.l.takePubs(spare)
+			for i, p := range pubs {
+				if err := nc.PublishMsg(p.msg); err != nil && p.id != 0 {
+					s.l.refused(p.id)
+				}
+				pubs[i] = natsPub{}
+			}
+			if cap(pubs) > 4096 {
+				pubs = nil
+			}
+			spare = pubs
+		}
+	}
+}
