@@ -32,7 +32,7 @@ func TestParseURL(t *testing.T) {
 		{"ws", "ws://h:80/rpc", Replica{Kind: WebSocket, URL: "ws://h:80/rpc", Addr: "h:80"}, ""},
 		{"ws ipv6", "ws://[::1]:80/", Replica{Kind: WebSocket, URL: "ws://[::1]:80/", Addr: "[::1]:80"}, ""},
 		{"http", "http://h:8080/rpc", Replica{Kind: HTTP, URL: "http://h:8080/rpc", Addr: "h:8080"}, ""},
-		{"nats not built", "nats://h:4222/p", Replica{}, "not built"},
+		{"nats", "nats://h:4222/p", Replica{Kind: NATS, URL: "nats://h:4222/p", Addr: "nats://h:4222", Prefix: "p"}, ""},
 		{"https", "https://h:443/", Replica{}, "want exec:"},
 		{"unknown scheme", "udp://h:1", Replica{}, "want exec:"},
 		{"no scheme", "h:1", Replica{}, "HOST:PORT"},
