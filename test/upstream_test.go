@@ -1,10 +1,6 @@
 package test
 
 import (
-	"bufio"
-	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -42,24 +38,11 @@ func TestUpstreamGoldens(t *testing.T) {
 	for name, start := range chains(t) {
 		t.Run(name, func(t *testing.T) {
 			p, _ := start(t)
-			for _, file := range []string{"initialize.ndjson", "get-empty.ndjson", "incompatible-version.ndjson",
-				"invalid-params.ndjson", "unknown-method.ndjson", "malformed-request.ndjson", "rejected-batch.ndjson"} {
-				data, err := os.ReadFile(filepath.Join(goldenDir, file))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var lines []string
-				sc := bufio.NewScanner(bytes.NewReader(data))
-				sc.Buffer(nil, 1<<20)
-				for sc.Scan() {
-					if len(bytes.TrimSpace(sc.Bytes())) > 0 {
-						lines = append(lines, sc.Text())
-					}
-				}
+			for _, pairs := range goldenFiles(t) {
 				c := dial(t, p.gateway)
-				for i := 0; i+1 < len(lines); i += 2 {
-					c.sendText(lines[i])
-					c.expectText(lines[i+1])
+				for _, pair := range pairs {
+					c.sendText(pair[0])
+					c.expectText(pair[1])
 				}
 			}
 		})
