@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -368,47 +367,14 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	rec.ServerCPUs = srv.cpus
 	pc.srv = srv
 	pc.target = load.Target{Addr: srv.addr, Dialect: d}
-	pc.samp = &sampler{pid: srv.pid}
-	if opts.pprof && !p.gctrace && p.window > 0 {
-		pc.samp.pprofAddr = srv.pprof()
-		pc.samp.pprofPath = filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".pprof")
-		pc.samp.pprofSeconds = int(math.Ceil(p.window.Seconds()))
+	pc.samp = &sampler{pids: []int{srv.pid}}
+	pprofAddr := ""
+	if opts.pprof && !p.gctrace {
+		pprofAddr = srv.pprof()
 	}
-	if opts.perf {
-		pc.samp.perf = &perfRecorder{data: filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perf.data")}
-	}
-	if opts.statEvents != nil {
-		st, serr := startPerfStat(srv.pid, opts.statEvents, filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perfstat.csv"))
-		if serr != nil {
-			rec.Notes = append(rec.Notes, "perf stat: "+serr.Error())
-		}
-		pc.samp.stat = st
-	}
+	pc.samp.instrument(out, strings.TrimSuffix(logName, ".log"), p.window, pprofAddr, opts.perf, opts.statEvents, rec, "")
 	err = p.run(pctx, pc)
-	if st := pc.samp.stat; st != nil {
-		counts, serr := st.stop()
-		if serr == nil && counts != nil {
-			rw, ioErr := pc.samp.readsWrites()
-			if ioErr != nil {
-				rec.Notes = append(rec.Notes, "reads and writes not counted: "+ioErr.Error())
-			}
-			rec.Syscalls, serr = newSyscalls(counts, rw, pc.samp.ops)
-		}
-		if serr != nil {
-			rec.Notes = append(rec.Notes, "perf stat: "+serr.Error())
-		}
-	}
-	if pc.samp.pprofDone != nil {
-		if perr := <-pc.samp.pprofDone; perr != nil {
-			rec.Notes = append(rec.Notes, "pprof: "+perr.Error())
-		}
-	}
-	if pc.samp.perf != nil {
-		pc.samp.perf.stop()
-		if perr := pc.samp.perf.report(); perr != nil {
-			rec.Notes = append(rec.Notes, "perf: "+perr.Error())
-		}
-	}
+	rec.Syscalls = pc.samp.finish(rec, "")
 	if err == nil && srv.exited() {
 		err = fmt.Errorf("server exited during the run: %v", srv.waitErr)
 	}

@@ -328,7 +328,7 @@ func TestPerfStat(t *testing.T) {
 			}
 		}
 	}
-	p, err := startPerfStat(cat.Process.Pid, events, filepath.Join(t.TempDir(), "perfstat.csv"))
+	p, err := startPerfStat([]int{cat.Process.Pid}, events, filepath.Join(t.TempDir(), "perfstat.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math"
+	"path/filepath"
 	"time"
 
 	"github.com/openengine/edge/bench/load"
@@ -62,7 +64,9 @@ type Usage struct {
 // sampler takes the server's and the harness's CPU times at the edges of a
 // measured window (load.Hooks).
 type sampler struct {
-	pid  int
+	// pids are the server's processes: CPU times, reads and writes and
+	// system calls are their sums, the RSS is the first one's.
+	pids []int
 	perf *perfRecorder // nil: no profile
 	stat *perfStat     // nil: no syscall count
 	// pprof: fetch a Go CPU profile of pprofSeconds into pprofPath over the
@@ -87,35 +91,35 @@ func (s *sampler) hooks() load.Hooks {
 
 func (s *sampler) start() {
 	if s.perf != nil {
-		s.perf.start(s.pid)
+		s.perf.start(s.pids)
 	}
 	if s.pprofAddr != "" && s.pprofPath != "" {
 		s.pprofDone = cpuProfile(s.pprofAddr, s.pprofSeconds, s.pprofPath)
 	}
 	if s.stat != nil {
 		s.stat.enable()
-		s.io0, s.ioErr = procIO(s.pid)
+		s.io0, s.ioErr = procIOs(s.pids)
 	}
 	s.t0 = time.Now()
 	s.c0 = selfCPU()
-	s.s0, s.err = procCPU(s.pid)
+	s.s0, s.err = procCPUs(s.pids)
 }
 
 func (s *sampler) end() {
 	s.t1 = time.Now()
 	s.c1 = selfCPU()
 	var err error
-	if s.s1, err = procCPU(s.pid); err != nil && s.err == nil {
+	if s.s1, err = procCPUs(s.pids); err != nil && s.err == nil {
 		s.err = err
 	}
 	if s.stat != nil {
 		var err error
-		if s.io1, err = procIO(s.pid); err != nil && s.ioErr == nil {
+		if s.io1, err = procIOs(s.pids); err != nil && s.ioErr == nil {
 			s.ioErr = err
 		}
 		s.stat.disable()
 	}
-	s.rss, _ = rssKiB(s.pid)
+	s.rss, _ = rssKiB(s.pids[0])
 	if s.perf != nil {
 		s.perf.stop()
 	}
@@ -151,4 +155,56 @@ func (s *sampler) usage(ops int64) (server, client *Usage) {
 	server, client = mk(s.s1.sub(s.s0)), mk(s.c1.sub(s.c0))
 	server.RSSKiB = s.rss
 	return server, client
+}
+
+// instrument attaches what opts asks for to the sampler's server over the
+// window: a Go CPU profile from pprofAddr (when not ""), perf record, perf
+// stat. Their files are logs/<base>.*. A problem is noted in rec.
+func (s *sampler) instrument(out, base string, window time.Duration, pprofAddr string, perf bool, statEvents []string, rec *Record, note string) {
+	logs := filepath.Join(out, "logs", base)
+	if pprofAddr != "" && window > 0 {
+		s.pprofAddr, s.pprofPath = pprofAddr, logs+".pprof"
+		s.pprofSeconds = int(math.Ceil(window.Seconds()))
+	}
+	if perf {
+		s.perf = &perfRecorder{data: logs + ".perf.data"}
+	}
+	if statEvents != nil {
+		st, err := startPerfStat(s.pids, statEvents, logs+".perfstat.csv")
+		if err != nil {
+			rec.Notes = append(rec.Notes, note+"perf stat: "+err.Error())
+		}
+		s.stat = st
+	}
+}
+
+// finish stops the instruments after the run and returns the window's
+// system calls (nil when not counted). Problems are noted in rec.
+func (s *sampler) finish(rec *Record, note string) *Syscalls {
+	var sc *Syscalls
+	if st := s.stat; st != nil {
+		counts, err := st.stop()
+		if err == nil && counts != nil {
+			rw, ioErr := s.readsWrites()
+			if ioErr != nil {
+				rec.Notes = append(rec.Notes, note+"reads and writes not counted: "+ioErr.Error())
+			}
+			sc, err = newSyscalls(counts, rw, s.ops)
+		}
+		if err != nil {
+			rec.Notes = append(rec.Notes, note+"perf stat: "+err.Error())
+		}
+	}
+	if s.pprofDone != nil {
+		if err := <-s.pprofDone; err != nil {
+			rec.Notes = append(rec.Notes, note+"pprof: "+err.Error())
+		}
+	}
+	if s.perf != nil {
+		s.perf.stop()
+		if err := s.perf.report(); err != nil {
+			rec.Notes = append(rec.Notes, note+"perf: "+err.Error())
+		}
+	}
+	return sc
 }
