@@ -26,8 +26,14 @@ type HoldConfig struct {
 	// Idle is called once every connection is open and settled, before any
 	// call is sent: the baseline.
 	Idle func()
+	// Arrived, when set, waits until the calls have reached what holds them
+	// (the upstream behind a proxy: edge/stats only says that the server the
+	// clients talk to has them), after edge/stats counted them and before
+	// Settle and Held. A call released before it arrives is never answered.
+	Arrived func(ctx context.Context) error
 	// Held is called once every call is in flight (edge/stats on every
-	// connection counts PerConn of them) and Settle has passed.
+	// connection counts PerConn of them, Arrived returned) and Settle has
+	// passed.
 	Held func()
 	// Release makes the server answer the held calls (edge/open); it returns
 	// how many calls it released, as far as it knows (-1: unknown).
@@ -150,12 +156,19 @@ func RunHold(ctx context.Context, cfg HoldConfig) (HoldResult, error) {
 	var herr error
 	if res.Held != res.Calls {
 		herr = fmt.Errorf("%d of %d calls held by the server (refused or answered early)", res.Held, res.Calls)
-	} else if err := sleepUntil(ctx, Now()+int64(cfg.Settle)); err != nil {
-		return res, err
-	} else if cfg.Held != nil {
-		cfg.Held()
+	} else if cfg.Arrived != nil {
+		herr = cfg.Arrived(ctx)
 	}
-
+	if herr == nil {
+		if err := sleepUntil(ctx, Now()+int64(cfg.Settle)); err != nil {
+			return res, err
+		}
+		if cfg.Held != nil {
+			cfg.Held()
+		}
+	}
+	// Release what is held (all of it, or what there is after a failure) and
+	// collect the answers.
 	var wg sync.WaitGroup
 	for _, h := range hcs {
 		wg.Add(1)

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +145,7 @@ func TestRunHold(t *testing.T) {
 	srv := startTestServer(t, false)
 	tgt := srv.target(JSONRPC{})
 	req, off := JSONRPC{}.Call("edge/gate", []byte(`{"name":"g"}`))
-	var idle, held bool
+	var idle, arrived, held bool
 	release := func() (int64, error) {
 		c, err := Dial(testCtx(t), tgt, 0)
 		if err != nil {
@@ -159,11 +160,12 @@ func TestRunHold(t *testing.T) {
 		return int64(n), nil
 	}
 	res, err := RunHold(testCtx(t), HoldConfig{Target: tgt, Conns: 8, PerConn: 32, Request: req, IDOff: off,
-		Settle: 10 * time.Millisecond, Idle: func() { idle = true }, Held: func() { held = true }, Release: release})
+		Settle: 10 * time.Millisecond, Idle: func() { idle = true }, Held: func() { held = arrived },
+		Arrived: func(context.Context) error { arrived = true; return nil }, Release: release})
 	if err != nil {
 		t.Fatalf("%v: %+v", err, res)
 	}
-	if !idle || !held || res.Calls != 256 || res.Held != 256 || res.Released != 256 || res.Answered != 256 ||
+	if !idle || !held || !arrived || res.Calls != 256 || res.Held != 256 || res.Released != 256 || res.Answered != 256 ||
 		res.Unanswered != 0 || res.StatsAnswered != 8 || res.Leaked != 0 {
 		t.Fatalf("result %+v", res)
 	}

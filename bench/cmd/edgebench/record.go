@@ -17,6 +17,7 @@ type Record struct {
 	Params   map[string]any `json:"params,omitempty"`
 	Started  time.Time      `json:"started"`
 	OK       bool           `json:"ok"`
+	Skipped  bool           `json:"skipped,omitempty"` // not run: a tool it needs is missing (Error says which); not a failure
 	Error    string         `json:"error,omitempty"`
 	Notes    []string       `json:"notes,omitempty"`
 
@@ -30,8 +31,12 @@ type Record struct {
 	Latency    *load.Latency `json:"latency,omitempty"`
 	SendLag    *load.Latency `json:"send_lag,omitempty"`
 
-	Server *Usage `json:"server,omitempty"` // the server process over the window
+	Server *Usage `json:"server,omitempty"` // the server process over the window (P1: the proxy; none for direct)
 	Client *Usage `json:"client,omitempty"` // the load generator (this harness) over the window
+	// Upstream is P1's upstream edge (behind the proxy, or alone for
+	// direct) over the window, and UpstreamSyscalls its system calls.
+	Upstream         *Usage    `json:"upstream,omitempty"`
+	UpstreamSyscalls *Syscalls `json:"upstream_syscalls,omitempty"`
 
 	// Syscalls are the server's system calls over the window (perf stat);
 	// SyscallsOff says why they were not counted in this run.
@@ -65,7 +70,8 @@ type Usage struct {
 // measured window (load.Hooks).
 type sampler struct {
 	// pids are the server's processes: CPU times, reads and writes and
-	// system calls are their sums, the RSS is the first one's.
+	// system calls are their sums, the RSS is the first one's (nginx: the
+	// worker, then the master).
 	pids []int
 	perf *perfRecorder // nil: no profile
 	stat *perfStat     // nil: no syscall count

@@ -76,6 +76,10 @@ type server struct {
 	// ready recognises the line that says the server is ready and returns
 	// its address (immutable after launch).
 	ready func(line string) string
+	// nginx: its worker's pid (pid is the master's) and its temporary
+	// directory, removed by stop. Immutable after startNginx.
+	worker int
+	tmp    string
 	// ndjson is edge's --ndjson-listen address, from its listening line;
 	// set before the address is handed over, read after.
 	ndjson string
@@ -272,6 +276,12 @@ func listenAddr(line string) string {
 // its pid.
 func (s *server) stop(grace time.Duration) error {
 	defer s.closeLog()
+	defer func() {
+		s.reapWorker()
+		if s.tmp != "" {
+			os.RemoveAll(s.tmp)
+		}
+	}()
 	select {
 	case <-s.done:
 		return s.exitError()
