@@ -1,6 +1,8 @@
 package load
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -136,5 +138,47 @@ func TestRunStorm(t *testing.T) {
 	}
 	if res.EchoQuiet.Requests == 0 || res.EchoStorm.Requests == 0 {
 		t.Fatalf("echo: %+v", res)
+	}
+}
+
+func TestRunHold(t *testing.T) {
+	srv := startTestServer(t, false)
+	tgt := srv.target(JSONRPC{})
+	req, off := JSONRPC{}.Call("edge/gate", []byte(`{"name":"g"}`))
+	var idle, arrived, held bool
+	release := func() (int64, error) {
+		c, err := Dial(testCtx(t), tgt, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer c.Close()
+		msg, err := Call(c, "edge/open", []byte(`{"name":"g"}`), 5*time.Second)
+		if err != nil {
+			return -1, err
+		}
+		n, _ := FindUint(msg, `"released":`)
+		return int64(n), nil
+	}
+	res, err := RunHold(testCtx(t), HoldConfig{Target: tgt, Conns: 8, PerConn: 32, Request: req, IDOff: off,
+		Settle: 10 * time.Millisecond, Idle: func() { idle = true }, Held: func() { held = arrived },
+		Arrived: func(context.Context) error { arrived = true; return nil }, Release: release})
+	if err != nil {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	if !idle || !held || !arrived || res.Calls != 256 || res.Held != 256 || res.Released != 256 || res.Answered != 256 ||
+		res.Unanswered != 0 || res.StatsAnswered != 8 || res.Leaked != 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestRunHoldNotHeld(t *testing.T) {
+	srv := startTestServer(t, false)
+	// edge/echo is answered at once: nothing is held, and RunHold says so
+	// (and still collects every answer).
+	req, off := JSONRPC{}.Echo(Params(16))
+	res, err := RunHold(testCtx(t), HoldConfig{Target: srv.target(JSONRPC{}), Conns: 2, PerConn: 4, Request: req, IDOff: off,
+		Drain: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "0 of 8 calls held") {
+		t.Fatalf("err %v, result %+v", err, res)
 	}
 }

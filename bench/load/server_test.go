@@ -35,6 +35,7 @@ type testServer struct {
 	mu       sync.Mutex
 	subs     map[*srvConn]struct{} // guarded by mu
 	seq      int64                 // guarded by mu
+	gates    map[string][]func()   // guarded by mu: edge/gate waiters by name
 	conns    sync.WaitGroup
 }
 
@@ -44,6 +45,7 @@ type srvConn struct {
 
 	smu     sync.Mutex
 	pending map[string]chan struct{} // guarded by smu: in-flight edge/sleep by id
+	gated   int                      // guarded by smu: edge/gate calls waiting
 }
 
 func (c *srvConn) write(p []byte) {
@@ -64,7 +66,7 @@ func start(t testing.TB, s *testServer) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ln, s.subs = ln, map[*srvConn]struct{}{}
+	s.ln, s.subs, s.gates = ln, map[*srvConn]struct{}{}, map[string][]func(){}
 	go s.serve()
 	t.Cleanup(func() { ln.Close() })
 	return s
@@ -195,10 +197,39 @@ func (s *testServer) dispatch(c *srvConn, msg []byte) {
 			delete(c.pending, string(p.ID))
 		}
 		c.smu.Unlock()
+	case "edge/gate":
+		var p struct {
+			Name string `json:"name"`
+		}
+		json.Unmarshal(req.Params, &p)
+		c.smu.Lock()
+		c.gated++
+		c.smu.Unlock()
+		s.mu.Lock()
+		s.gates[p.Name] = append(s.gates[p.Name], func() {
+			c.smu.Lock()
+			c.gated--
+			c.smu.Unlock()
+			reply(`{"name":"` + p.Name + `"}`)
+		})
+		s.mu.Unlock()
+	case "edge/open":
+		var p struct {
+			Name string `json:"name"`
+		}
+		json.Unmarshal(req.Params, &p)
+		s.mu.Lock()
+		ws := s.gates[p.Name]
+		delete(s.gates, p.Name)
+		s.mu.Unlock()
+		for _, f := range ws {
+			f()
+		}
+		reply(fmt.Sprintf(`{"released":%d}`, len(ws)))
 	case "test/silent": // never answered
 	case "edge/stats":
 		c.smu.Lock()
-		n := len(c.pending)
+		n := len(c.pending) + c.gated
 		c.smu.Unlock()
 		reply(fmt.Sprintf(`{"inFlightIds":%d,"tasks":%d,"subscriptions":0,"outboundBytes":0}`, n, n))
 	default:

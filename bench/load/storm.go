@@ -324,29 +324,41 @@ const statsSeq = 2_000_000_000
 // timeout for the answer. No other goroutine may be reading c.
 func Stats(c *Conn, timeout time.Duration) (ConnStats, error) {
 	var st ConnStats
-	req, off := JSONRPC{}.Call("edge/stats", []byte(`{}`))
+	msg, err := Call(c, "edge/stats", []byte(`{}`), timeout)
+	if err != nil {
+		return st, err
+	}
+	get := func(k string) int64 { v, _ := FindUint(msg, k); return int64(v) }
+	st.InFlightIDs = get(`"inFlightIds":`)
+	st.Tasks = get(`"tasks":`)
+	st.Subscriptions = get(`"subscriptions":`)
+	st.OutboundBytes = get(`"outboundBytes":`)
+	return st, nil
+}
+
+// Call sends one jsonrpc call on c (id IDOf(statsSeq), far from any
+// workload's) and waits up to timeout for its reply, skipping other
+// messages; it returns the whole reply, or an error for an error reply. No
+// other goroutine may be reading c.
+func Call(c *Conn, method string, params []byte, timeout time.Duration) ([]byte, error) {
+	req, off := JSONRPC{}.Call(method, params)
 	c.nc.SetDeadline(time.Now().Add(timeout))
 	defer c.nc.SetDeadline(time.Time{})
 	if err := c.Write(NewTemplate(req, c.Mask(), 0, off).Append(nil, IDOf(statsSeq))); err != nil {
-		return st, err
+		return nil, err
 	}
 	for {
 		msg, err := c.Next()
 		if err != nil {
-			return st, err
+			return nil, err
 		}
 		m := c.d.Classify(msg)
 		if !m.HasID || m.ID != IDOf(statsSeq) {
 			continue
 		}
 		if m.Kind != KindReply {
-			return st, fmt.Errorf("load: edge/stats: %.200s", msg)
+			return nil, fmt.Errorf("load: %s: %.200s", method, msg)
 		}
-		get := func(k string) int64 { v, _ := FindUint(msg, k); return int64(v) }
-		st.InFlightIDs = get(`"inFlightIds":`)
-		st.Tasks = get(`"tasks":`)
-		st.Subscriptions = get(`"subscriptions":`)
-		st.OutboundBytes = get(`"outboundBytes":`)
-		return st, nil
+		return msg, nil
 	}
 }

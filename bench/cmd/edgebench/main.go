@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -49,6 +48,8 @@ type options struct {
 	quick     bool
 	workloads []string
 	peers     []string
+	proxies   []string // P1's proxies (nil: all)
+	nginx     string   // P1: the nginx binary ("": look for it)
 	variants  []string // substrings: run only the phases whose variant contains one
 	run       string
 	out       string
@@ -79,6 +80,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "every workload briefly with small counts (CI smoke run)")
 	wl := fs.String("workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ","))
 	pl := fs.String("peers", "all", "comma-separated servers: "+strings.Join(peerNames, ","))
+	xl := fs.String("proxies", "all", "P1: comma-separated proxies in front of the upstream edge: "+strings.Join(proxyNames, ","))
+	fs.StringVar(&o.nginx, "nginx", "", "P1: the nginx binary (default: nginx on PATH, or /usr/sbin/nginx; missing: P1 skips nginx)")
 	vl := fs.String("variants", "", "comma-separated substrings: run only the phases whose variant name contains one (e.g. c4w64-16B; default all)")
 	fs.StringVar(&o.run, "run", "", "run name (default: quick-<time> or <time>); results go to <out>")
 	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
@@ -99,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --pprof-listen)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator) to this file")
 	fs.IntVar(&o.nice, "nice", 0, "nice value for the generator and the servers (e.g. -10 on a machine shared with other work; needs root)")
-	perf := fs.String("perf", "", "comma-separated servers to profile with `perf record` over each measured window (logs/*.perf.data and .txt)")
+	perf := fs.String("perf", "", "comma-separated servers to profile with `perf record` over each measured window (logs/*.perf.data and .txt); P1 also takes nginx and upstream")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -110,10 +113,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.peers, err = parseList(*pl, peerNames); err != nil {
 		return nil, fmt.Errorf("-peers: %w", err)
 	}
+	if *xl != "all" {
+		if o.proxies, err = parseList(*xl, proxyNames); err != nil {
+			return nil, fmt.Errorf("-proxies: %w", err)
+		}
+	}
 	o.variants = splitList(*vl)
 	o.edgeArgs = strings.Fields(*edgeArgs)
 	if *perf != "" {
-		if o.perf, err = parseList(*perf, peerNames); err != nil {
+		if o.perf, err = parseList(*perf, append(slices.Clone(peerNames), "nginx", "upstream")); err != nil {
 			return nil, fmt.Errorf("-perf: %w", err)
 		}
 		if _, err := exec.LookPath("perf"); err != nil {
@@ -217,7 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	bins, buildFailed, err := build(ctx, o.goBin, o.root, binDir, o.peers, logf)
+	bins, buildFailed, err := build(ctx, o.goBin, o.root, binDir, serversOf(phases, o.peers), logf)
 	if err != nil {
 		return err
 	}
@@ -227,6 +235,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		edgePprof = strings.Contains(string(help), "-pprof-listen")
 		if o.pprof && !edgePprof {
 			logf("WARNING: -pprof: this edge has no --pprof-listen")
+		}
+	}
+
+	po := proxiedOpts{edgeBin: bins["edge"], edgePprof: edgePprof, cpuPprof: o.pprof, perf: o.perf}
+	if slices.ContainsFunc(phases, func(p phase) bool { return p.proxied && p.peer == "nginx" }) {
+		if po.nginxBin, po.nginxErr = findNginx(o.nginx); po.nginxErr != nil {
+			logf("WARNING: %v: P1 runs without it", po.nginxErr)
+		} else {
+			logf("P1: nginx %s at %s", nginxVersion(po.nginxBin), po.nginxBin)
 		}
 	}
 
@@ -276,7 +293,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prog := newProgress(stderr, len(phases))
 
 	var recs []Record
-	var edgeFailures, failures, leaks int
+	var edgeFailures, failures, leaks, skipped int
 	for i, p := range phases {
 		if ctx.Err() != nil {
 			break
@@ -284,10 +301,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		prog.begin(i, p)
 		rec := Record{Run: o.run, Workload: p.workload, Variant: p.variant, Peer: p.peer, Params: p.params,
 			Started: time.Now().UTC(), Pinned: pin.on, SyscallsOff: statOff}
-		if p.peer == "edge" && len(o.edgeArgs) > 0 {
+		if (p.peer == "edge" || p.proxied) && len(o.edgeArgs) > 0 {
 			rec.Notes = append(rec.Notes, "edge flags: "+strings.Join(o.edgeArgs, " "))
 		}
-		if bin, ok := bins[p.peer]; ok {
+		if p.proxied {
+			if _, ok := bins["edge"]; ok {
+				runProxied(ctx, p, po, pin, o.out, phaseOpts{statEvents: statEvents, edgeArgs: o.edgeArgs}, &rec, logf)
+			} else {
+				rec.Error = fmt.Sprintf("not built: %v", buildFailed["edge"])
+			}
+		} else if bin, ok := bins[p.peer]; ok {
 			runPhase(ctx, p, bin, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, p.peer),
 				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents,
 				edgeArgs: o.edgeArgs}, &rec, logf)
@@ -298,9 +321,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// An interrupted window is not a measurement.
 			rec.OK, rec.Error = false, "interrupted: "+ctx.Err().Error()
 		}
-		if !rec.OK {
+		switch {
+		case rec.Skipped:
+			skipped++
+		case !rec.OK:
 			failures++
-			if p.peer == "edge" {
+			if p.peer == "edge" || p.peer == "direct" {
 				edgeFailures++
 			}
 		}
@@ -319,10 +345,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeReport(o.out, recs); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "edgebench: %d of %d phases ok; report: %s\n", len(recs)-failures, len(phases),
+	sk := ""
+	if skipped > 0 {
+		sk = fmt.Sprintf(", %d skipped", skipped)
+	}
+	fmt.Fprintf(stdout, "edgebench: %d of %d phases ok%s; report: %s\n", len(recs)-failures-skipped, len(phases), sk,
 		filepath.Join(o.out, "report.md"))
 	for _, r := range recs {
-		if !r.OK {
+		switch {
+		case r.Skipped:
+			fmt.Fprintf(stdout, "  SKIPPED %s %s %s: %s\n", r.Workload, r.Variant, r.Peer, firstLine(r.Error))
+		case !r.OK:
 			fmt.Fprintf(stdout, "  FAILED %s %s %s: %s\n", r.Workload, r.Variant, r.Peer, firstLine(r.Error))
 		}
 	}
@@ -368,47 +401,14 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	rec.ServerCPUs = srv.cpus
 	pc.srv = srv
 	pc.target = load.Target{Addr: srv.addr, Dialect: d}
-	pc.samp = &sampler{pid: srv.pid}
-	if opts.pprof && !p.gctrace && p.window > 0 {
-		pc.samp.pprofAddr = srv.pprof()
-		pc.samp.pprofPath = filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".pprof")
-		pc.samp.pprofSeconds = int(math.Ceil(p.window.Seconds()))
+	pc.samp = &sampler{pids: []int{srv.pid}}
+	pprofAddr := ""
+	if opts.pprof && !p.gctrace {
+		pprofAddr = srv.pprof()
 	}
-	if opts.perf {
-		pc.samp.perf = &perfRecorder{data: filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perf.data")}
-	}
-	if opts.statEvents != nil {
-		st, serr := startPerfStat(srv.pid, opts.statEvents, filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".perfstat.csv"))
-		if serr != nil {
-			rec.Notes = append(rec.Notes, "perf stat: "+serr.Error())
-		}
-		pc.samp.stat = st
-	}
+	pc.samp.instrument(out, strings.TrimSuffix(logName, ".log"), p.window, pprofAddr, opts.perf, opts.statEvents, rec, "")
 	err = p.run(pctx, pc)
-	if st := pc.samp.stat; st != nil {
-		counts, serr := st.stop()
-		if serr == nil && counts != nil {
-			rw, ioErr := pc.samp.readsWrites()
-			if ioErr != nil {
-				rec.Notes = append(rec.Notes, "reads and writes not counted: "+ioErr.Error())
-			}
-			rec.Syscalls, serr = newSyscalls(counts, rw, pc.samp.ops)
-		}
-		if serr != nil {
-			rec.Notes = append(rec.Notes, "perf stat: "+serr.Error())
-		}
-	}
-	if pc.samp.pprofDone != nil {
-		if perr := <-pc.samp.pprofDone; perr != nil {
-			rec.Notes = append(rec.Notes, "pprof: "+perr.Error())
-		}
-	}
-	if pc.samp.perf != nil {
-		pc.samp.perf.stop()
-		if perr := pc.samp.perf.report(); perr != nil {
-			rec.Notes = append(rec.Notes, "perf: "+perr.Error())
-		}
-	}
+	rec.Syscalls = pc.samp.finish(rec, "")
 	if err == nil && srv.exited() {
 		err = fmt.Errorf("server exited during the run: %v", srv.waitErr)
 	}
@@ -423,6 +423,20 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 		return
 	}
 	rec.OK = true
+}
+
+// serversOf lists the servers to build for phases, in the order of peers:
+// those the phases run, and edge for P1 (its upstream and its proxy).
+func serversOf(phases []phase, peers []string) []string {
+	var out []string
+	for _, name := range peers {
+		if slices.ContainsFunc(phases, func(p phase) bool {
+			return p.peer == name && !p.proxied || name == "edge" && p.proxied
+		}) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func safeName(s string) string {
@@ -515,17 +529,29 @@ func (p *progress) end(r Record) {
 		p.bar.Add(1)
 		if !r.OK {
 			p.bar.Clear()
-			fmt.Fprintf(p.w, "\n  %s %s %s FAILED: %s\n", r.Workload, r.Variant, r.Peer, firstLine(r.Error))
+			what := "FAILED"
+			if r.Skipped {
+				what = "SKIPPED"
+			}
+			fmt.Fprintf(p.w, "\n  %s %s %s %s: %s\n", r.Workload, r.Variant, r.Peer, what, firstLine(r.Error))
 		}
 		return
 	}
 	switch {
+	case r.Skipped:
+		fmt.Fprintf(p.w, "    skipped: %s\n", firstLine(r.Error))
+	case r.Workload == "P1" && r.RSSKiB > 0:
+		fmt.Fprintf(p.w, "    %.0f calls held: %.0f B of RSS and %.0f B of live heap per call\n",
+			extra(&r, "held"), extra(&r, "rss_per_call_bytes"), extra(&r, "heap_per_call_bytes"))
 	case !r.OK:
 		fmt.Fprintf(p.w, "    FAILED: %s\n", firstLine(r.Error))
 	case r.Throughput > 0:
 		cpu := ""
 		if r.Server != nil && r.Server.UsPerOp > 0 {
 			cpu = fmt.Sprintf(", server %.2f us/op", r.Server.UsPerOp)
+		}
+		if r.Upstream != nil && r.Upstream.UsPerOp > 0 {
+			cpu += fmt.Sprintf(", upstream %.2f us/op", r.Upstream.UsPerOp)
 		}
 		if r.Syscalls != nil && r.Syscalls.PerOp > 0 {
 			cpu += fmt.Sprintf(", %.2f syscalls/op", r.Syscalls.PerOp)

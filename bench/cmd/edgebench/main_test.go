@@ -328,7 +328,7 @@ func TestPerfStat(t *testing.T) {
 			}
 		}
 	}
-	p, err := startPerfStat(cat.Process.Pid, events, filepath.Join(t.TempDir(), "perfstat.csv"))
+	p, err := startPerfStat([]int{cat.Process.Pid}, events, filepath.Join(t.TempDir(), "perfstat.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,8 +469,12 @@ func TestFilterVariants(t *testing.T) {
 		check func(p phase) bool
 	}{
 		{"none keeps all", nil, len(all), func(phase) bool { return true }},
-		{"one W1 variant", []string{"c4w64-16B"}, 2, func(p phase) bool { return p.workload == "W1" && p.variant == "c4w64-16B" }},
-		{"either of two", []string{"c50w1-16B", "c4w64-1KiB"}, 4, func(p phase) bool { return p.workload == "W1" }},
+		// W1 for edge and raw, P1 for direct, edge and nginx.
+		{"one W1 variant", []string{"c4w64-16B"}, 5, func(p phase) bool { return p.variant == "c4w64-16B" }},
+		{"either of two", []string{"c50w1-16B", "c4w64-1KiB"}, 7, func(p phase) bool {
+			return p.workload == "W1" || p.workload == "P1" && p.variant == "c50w1-16B"
+		}},
+		{"P1 in flight", []string{"hold-"}, 1, func(p phase) bool { return p.workload == "P1" && p.peer == "edge" && p.holdCalls == 65536 }},
 		{"W4 rate", []string{"500k/s"}, 2, func(p phase) bool { return p.workload == "W4" && p.peer == "edge" }},
 		{"no match", []string{"c9w9"}, 0, nil},
 	}

@@ -23,9 +23,9 @@ type perfRecorder struct {
 	err  error
 }
 
-func (p *perfRecorder) start(pid int) {
+func (p *perfRecorder) start(pids []int) {
 	p.cmd = exec.Command("perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g",
-		"-p", strconv.Itoa(pid), "-o", p.data)
+		"-p", pidList(pids), "-o", p.data)
 	p.cmd.Stdout, p.cmd.Stderr = nil, nil
 	if p.err = p.cmd.Start(); p.err != nil {
 		p.cmd = nil
@@ -46,6 +46,15 @@ func (p *perfRecorder) stop() {
 		<-done
 	}
 	p.cmd = nil
+}
+
+// pidList is perf's -p argument: comma-separated pids.
+func pidList(pids []int) string {
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
 }
 
 // report writes <data>.txt: the flat profile of the server's own samples.

@@ -186,7 +186,7 @@ type perfStat struct {
 // startPerfStat attaches perf stat to pid with its counters disabled and
 // waits until perf answers a command, so that its counters exist before
 // the window opens. out receives the CSV output.
-func startPerfStat(pid int, events []string, out string) (*perfStat, error) {
+func startPerfStat(pids []int, events []string, out string) (*perfStat, error) {
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -198,7 +198,7 @@ func startPerfStat(pid int, events []string, out string) (*perfStat, error) {
 		return nil, err
 	}
 	p := &perfStat{out: out, ctl: ctlW, acks: make(chan struct{}, 4), stderr: new(bytes.Buffer)}
-	p.cmd = exec.Command("perf", append(perfStatArgs(events), "-p", strconv.Itoa(pid), "-o", out)...)
+	p.cmd = exec.Command("perf", append(perfStatArgs(events), "-p", pidList(pids), "-o", out)...)
 	p.cmd.ExtraFiles = []*os.File{ctlR, ackW}
 	stderr, err := p.cmd.StderrPipe()
 	if err == nil {

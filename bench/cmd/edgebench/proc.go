@@ -50,6 +50,20 @@ func procCPU(pid int) (cpuTimes, error) {
 	return cpuTimes{time.Duration(ut) * tick, time.Duration(st) * tick}, nil
 }
 
+// procCPUs sums procCPU over pids.
+func procCPUs(pids []int) (cpuTimes, error) {
+	var sum cpuTimes
+	for _, pid := range pids {
+		c, err := procCPU(pid)
+		if err != nil {
+			return sum, err
+		}
+		sum.user += c.user
+		sum.sys += c.sys
+	}
+	return sum, nil
+}
+
 // selfCPU is the harness's own CPU time (getrusage, microsecond resolution).
 func selfCPU() cpuTimes {
 	var ru unix.Rusage
@@ -106,6 +120,20 @@ func procIO(pid int) (ioCalls, error) {
 		return ioCalls{}, errors.New("proc io: no syscr or syscw")
 	}
 	return c, nil
+}
+
+// procIOs sums procIO over pids.
+func procIOs(pids []int) (ioCalls, error) {
+	var sum ioCalls
+	for _, pid := range pids {
+		c, err := procIO(pid)
+		if err != nil {
+			return sum, err
+		}
+		sum.reads += c.reads
+		sum.writes += c.writes
+	}
+	return sum, nil
 }
 
 // rssKiB is the resident set size of a process in KiB.

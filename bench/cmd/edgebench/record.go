@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math"
+	"path/filepath"
 	"time"
 
 	"github.com/openengine/edge/bench/load"
@@ -15,6 +17,7 @@ type Record struct {
 	Params   map[string]any `json:"params,omitempty"`
 	Started  time.Time      `json:"started"`
 	OK       bool           `json:"ok"`
+	Skipped  bool           `json:"skipped,omitempty"` // not run: a tool it needs is missing (Error says which); not a failure
 	Error    string         `json:"error,omitempty"`
 	Notes    []string       `json:"notes,omitempty"`
 
@@ -28,8 +31,12 @@ type Record struct {
 	Latency    *load.Latency `json:"latency,omitempty"`
 	SendLag    *load.Latency `json:"send_lag,omitempty"`
 
-	Server *Usage `json:"server,omitempty"` // the server process over the window
+	Server *Usage `json:"server,omitempty"` // the server process over the window (P1: the proxy; none for direct)
 	Client *Usage `json:"client,omitempty"` // the load generator (this harness) over the window
+	// Upstream is P1's upstream edge (behind the proxy, or alone for
+	// direct) over the window, and UpstreamSyscalls its system calls.
+	Upstream         *Usage    `json:"upstream,omitempty"`
+	UpstreamSyscalls *Syscalls `json:"upstream_syscalls,omitempty"`
 
 	// Syscalls are the server's system calls over the window (perf stat);
 	// SyscallsOff says why they were not counted in this run.
@@ -62,7 +69,10 @@ type Usage struct {
 // sampler takes the server's and the harness's CPU times at the edges of a
 // measured window (load.Hooks).
 type sampler struct {
-	pid  int
+	// pids are the server's processes: CPU times, reads and writes and
+	// system calls are their sums, the RSS is the first one's (nginx: the
+	// worker, then the master).
+	pids []int
 	perf *perfRecorder // nil: no profile
 	stat *perfStat     // nil: no syscall count
 	// pprof: fetch a Go CPU profile of pprofSeconds into pprofPath over the
@@ -87,35 +97,35 @@ func (s *sampler) hooks() load.Hooks {
 
 func (s *sampler) start() {
 	if s.perf != nil {
-		s.perf.start(s.pid)
+		s.perf.start(s.pids)
 	}
 	if s.pprofAddr != "" && s.pprofPath != "" {
 		s.pprofDone = cpuProfile(s.pprofAddr, s.pprofSeconds, s.pprofPath)
 	}
 	if s.stat != nil {
 		s.stat.enable()
-		s.io0, s.ioErr = procIO(s.pid)
+		s.io0, s.ioErr = procIOs(s.pids)
 	}
 	s.t0 = time.Now()
 	s.c0 = selfCPU()
-	s.s0, s.err = procCPU(s.pid)
+	s.s0, s.err = procCPUs(s.pids)
 }
 
 func (s *sampler) end() {
 	s.t1 = time.Now()
 	s.c1 = selfCPU()
 	var err error
-	if s.s1, err = procCPU(s.pid); err != nil && s.err == nil {
+	if s.s1, err = procCPUs(s.pids); err != nil && s.err == nil {
 		s.err = err
 	}
 	if s.stat != nil {
 		var err error
-		if s.io1, err = procIO(s.pid); err != nil && s.ioErr == nil {
+		if s.io1, err = procIOs(s.pids); err != nil && s.ioErr == nil {
 			s.ioErr = err
 		}
 		s.stat.disable()
 	}
-	s.rss, _ = rssKiB(s.pid)
+	s.rss, _ = rssKiB(s.pids[0])
 	if s.perf != nil {
 		s.perf.stop()
 	}
@@ -151,4 +161,56 @@ func (s *sampler) usage(ops int64) (server, client *Usage) {
 	server, client = mk(s.s1.sub(s.s0)), mk(s.c1.sub(s.c0))
 	server.RSSKiB = s.rss
 	return server, client
+}
+
+// instrument attaches what opts asks for to the sampler's server over the
+// window: a Go CPU profile from pprofAddr (when not ""), perf record, perf
+// stat. Their files are logs/<base>.*. A problem is noted in rec.
+func (s *sampler) instrument(out, base string, window time.Duration, pprofAddr string, perf bool, statEvents []string, rec *Record, note string) {
+	logs := filepath.Join(out, "logs", base)
+	if pprofAddr != "" && window > 0 {
+		s.pprofAddr, s.pprofPath = pprofAddr, logs+".pprof"
+		s.pprofSeconds = int(math.Ceil(window.Seconds()))
+	}
+	if perf {
+		s.perf = &perfRecorder{data: logs + ".perf.data"}
+	}
+	if statEvents != nil {
+		st, err := startPerfStat(s.pids, statEvents, logs+".perfstat.csv")
+		if err != nil {
+			rec.Notes = append(rec.Notes, note+"perf stat: "+err.Error())
+		}
+		s.stat = st
+	}
+}
+
+// finish stops the instruments after the run and returns the window's
+// system calls (nil when not counted). Problems are noted in rec.
+func (s *sampler) finish(rec *Record, note string) *Syscalls {
+	var sc *Syscalls
+	if st := s.stat; st != nil {
+		counts, err := st.stop()
+		if err == nil && counts != nil {
+			rw, ioErr := s.readsWrites()
+			if ioErr != nil {
+				rec.Notes = append(rec.Notes, note+"reads and writes not counted: "+ioErr.Error())
+			}
+			sc, err = newSyscalls(counts, rw, s.ops)
+		}
+		if err != nil {
+			rec.Notes = append(rec.Notes, note+"perf stat: "+err.Error())
+		}
+	}
+	if s.pprofDone != nil {
+		if err := <-s.pprofDone; err != nil {
+			rec.Notes = append(rec.Notes, note+"pprof: "+err.Error())
+		}
+	}
+	if s.perf != nil {
+		s.perf.stop()
+		if err := s.perf.report(); err != nil {
+			rec.Notes = append(rec.Notes, note+"perf: "+err.Error())
+		}
+	}
+	return sc
 }

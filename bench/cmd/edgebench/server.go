@@ -73,6 +73,17 @@ type server struct {
 	done    chan struct{} // closed when the process has exited
 	waitErr error
 
+	// ready recognises the line that says the server is ready and returns
+	// its address (immutable after launch).
+	ready func(line string) string
+	// nginx: its worker's pid (pid is the master's) and its temporary
+	// directory, removed by stop. Immutable after startNginx.
+	worker int
+	tmp    string
+	// ndjson is edge's --ndjson-listen address, from its listening line;
+	// set before the address is handed over, read after.
+	ndjson string
+
 	// gctrace (GODEBUG=gctrace=1): the live heap after the last GC and how
 	// many client connections were open then.
 	gcConns  func() int64
@@ -115,6 +126,22 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 		env = append(env, "GODEBUG=gctrace=1")
 	}
 	cmd.Env = env
+	return launch(ctx, sp.peer, cmd, sp.logPath, sp.pin, sp.gcConns, listeningLine)
+}
+
+// listeningLine recognises the line with which a server says it listens
+// (edge: `msg=listening addr=host:port`, the peers: `listening host:port`)
+// and returns the address.
+func listeningLine(line string) string {
+	if strings.Contains(line, "listening") {
+		return listenAddr(line)
+	}
+	return ""
+}
+
+// launch starts cmd pinned to the server CPU, copies its output to logPath,
+// and waits until ready recognises a line of it (its value becomes s.addr).
+func launch(ctx context.Context, name string, cmd *exec.Cmd, logPath string, pin pinning, gcConns func() int64, ready func(line string) string) (*server, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -124,18 +151,18 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	lf, err := os.Create(sp.logPath)
+	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{peer: sp.peer, cmd: cmd, log: lf, done: make(chan struct{}), gcConns: sp.gcConns}
+	s := &server{peer: name, cmd: cmd, log: lf, done: make(chan struct{}), gcConns: gcConns, ready: ready}
 	cpu := -1
-	if sp.pin.on {
-		cpu = sp.pin.server
+	if pin.on {
+		cpu = pin.server
 	}
 	if err := startOnThread(cpu, cmd.Start, s.done); err != nil {
 		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", sp.peer, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	s.pid = cmd.Process.Pid
 	addrc := make(chan string, 2)
@@ -162,12 +189,12 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 		return s, nil
 	case <-s.done:
 		s.closeLog()
-		return nil, fmt.Errorf("%s exited before listening: %v\n%s", sp.peer, s.waitErr, tailFile(sp.logPath, 2000))
+		return nil, fmt.Errorf("%s exited before listening: %v\n%s", name, s.waitErr, tailFile(logPath, 2000))
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	s.stop(2 * time.Second)
-	return nil, fmt.Errorf("%s did not report a listening address in time\n%s", sp.peer, tailFile(sp.logPath, 2000))
+	return nil, fmt.Errorf("%s did not report a listening address in time\n%s", name, tailFile(logPath, 2000))
 }
 
 // scan copies a server's output to its log, looking for the listening line
@@ -202,9 +229,12 @@ func (s *server) scan(r io.Reader, addrc chan<- string) {
 			}
 			continue
 		}
-		if !found && strings.Contains(line, "listening") {
-			if a := listenAddr(line); a != "" {
+		if !found {
+			if a := s.ready(line); a != "" {
 				found = true
+				if v := fieldValue(line, "ndjson"); v != "" {
+					s.ndjson = v
+				}
 				addrc <- a
 			}
 		}
@@ -218,12 +248,20 @@ func (s *server) pprof() string {
 	return s.pprofAddr
 }
 
-// listenAddr extracts host:port from `... addr=H:P ...` or `listening H:P`.
-func listenAddr(line string) string {
+// fieldValue returns the value of key=value in a log line ("" if absent).
+func fieldValue(line, key string) string {
 	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, "addr="); ok {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
 			return strings.Trim(v, `"`)
 		}
+	}
+	return ""
+}
+
+// listenAddr extracts host:port from `... addr=H:P ...` or `listening H:P`.
+func listenAddr(line string) string {
+	if v := fieldValue(line, "addr"); v != "" {
+		return v
 	}
 	f := strings.Fields(line)
 	for i, w := range f {
@@ -238,6 +276,12 @@ func listenAddr(line string) string {
 // its pid.
 func (s *server) stop(grace time.Duration) error {
 	defer s.closeLog()
+	defer func() {
+		s.reapWorker()
+		if s.tmp != "" {
+			os.RemoveAll(s.tmp)
+		}
+	}()
 	select {
 	case <-s.done:
 		return s.exitError()

@@ -19,7 +19,7 @@ type panel struct {
 
 var palette = map[string]string{
 	"edge": "#d62728", "raw": "#7f7f7f", "geth": "#1f77b4", "centrifuge": "#2ca02c",
-	"nbio": "#9467bd", "gorilla": "#ff7f0e",
+	"nbio": "#9467bd", "gorilla": "#ff7f0e", "direct": "#17becf", "nginx": "#009639",
 }
 
 var spare = []string{"#17becf", "#bcbd22", "#8c564b", "#e377c2", "#1f77b4", "#2ca02c"}

@@ -37,6 +37,12 @@ type matrix struct {
 	w6Workers int
 
 	w7 []w7Variant
+
+	p1            []w1Variant // P1's closed-loop variants, each run for every proxy
+	p1Proxies     []string    // which of proxyNames run
+	p1HoldConns   int         // P1's in-flight phase: connections x calls each (0: none)
+	p1HoldPerConn int
+	p1HoldSettle  time.Duration
 }
 
 type w1Variant struct{ conns, window, size int }
@@ -78,6 +84,10 @@ func standardMatrix() matrix {
 			CancelWithin: 5 * time.Millisecond, EchoConns: 50, EchoRate: 5000, Quiet: 3 * time.Second, Storm: 4 * time.Second},
 		w6Workers: 8,
 		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
+		// 256 x 256 = 65,536 calls in flight: 256 task slots per connection
+		// is edge's default --max-conn-tasks.
+		p1: []w1Variant{{4, 64, 16}, {50, 1, 16}}, p1Proxies: proxyNames,
+		p1HoldConns: 256, p1HoldPerConn: 256, p1HoldSettle: time.Second,
 	}
 }
 
@@ -92,6 +102,8 @@ func quickMatrix() matrix {
 			CancelWithin: 5 * time.Millisecond, EchoConns: 10, EchoRate: 1000, Quiet: time.Second, Storm: time.Second},
 		w6Workers: 4,
 		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
+		p1:        []w1Variant{{4, 64, 16}, {50, 1, 16}}, p1Proxies: proxyNames,
+		p1HoldConns: 64, p1HoldPerConn: 64, p1HoldSettle: 200 * time.Millisecond,
 	}
 }
 
@@ -139,6 +151,9 @@ func (m *matrix) override(o *options) error {
 		}
 		m.w4Subs = ints(v)
 	}
+	if o.proxies != nil {
+		m.p1Proxies = o.proxies
+	}
 	if o.w4Offered != "" {
 		v, err := parseNums("w4-deliveries", o.w4Offered)
 		if err != nil {
@@ -157,6 +172,14 @@ type phase struct {
 	budget                  time.Duration // expected duration, for the progress bar and the timeout
 	window                  time.Duration // length of the measured window (for profiles)
 	run                     func(ctx context.Context, pc *phaseCtx) error
+	// proxied (P1): peer is the proxy in front of an upstream edge (direct,
+	// edge or nginx); runProxied starts both. holdCalls is how many calls
+	// the phase holds in flight, holdPerConn on each connection (the
+	// upstream's task limits are raised above them, the edge proxy's
+	// --max-conn-tasks to holdPerConn+1, and it serves pprof).
+	proxied     bool
+	holdCalls   int
+	holdPerConn int
 }
 
 // phaseCtx is what a phase's run gets: the running server and the record
@@ -168,10 +191,14 @@ type phaseCtx struct {
 	samp   *sampler
 	conns  atomic.Int64 // client connections open (for gctrace attribution)
 	logf   func(string, ...any)
+	// P1: the upstream edge and its sampler (srv and samp are then the
+	// proxy's, nil for direct).
+	up     *server
+	upSamp *sampler
 }
 
 // allWorkloads lists the workload names in order.
-var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
+var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7", "P1"}
 
 // phases builds the run's phase list for the chosen workloads and peers.
 func (m matrix) phases(workloads, peers []string) []phase {
@@ -233,6 +260,17 @@ func (m matrix) phases(workloads, peers []string) []phase {
 			for _, p := range peersOf(nil) {
 				ps = append(ps, m.w7Phase(v, p))
 			}
+		}
+	}
+	// P1's upstream is edge: it runs when edge is among the servers.
+	if has("P1") && slices.Contains(peers, "edge") {
+		for _, v := range m.p1 {
+			for _, x := range m.p1Proxies {
+				ps = append(ps, m.p1Phase(v, x))
+			}
+		}
+		if m.p1HoldConns > 0 && slices.Contains(m.p1Proxies, "edge") {
+			ps = append(ps, m.p1HoldPhase(m.p1HoldConns, m.p1HoldPerConn))
 		}
 	}
 	return ps
