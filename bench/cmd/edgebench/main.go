@@ -99,7 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,500000; publish rate = this / subscribers)")
 	fs.BoolVar(&o.perfStat, "perfstat", true, "count the servers' system calls over each measured window with `perf stat` (when perf works here)")
 	edgeArgs := fs.String("edge-args", "", "extra flags for edge, space-separated (e.g. \"--busy-poll 50us\"); recorded in every edge result")
-	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --pprof-listen)")
+	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --admin-listen --admin-pprof)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator) to this file")
 	fs.IntVar(&o.nice, "nice", 0, "nice value for the generator and the servers (e.g. -10 on a machine shared with other work; needs root)")
 	perf := fs.String("perf", "", "comma-separated servers to profile with `perf record` over each measured window (logs/*.perf.data and .txt); P1 also takes nginx and upstream")
@@ -232,9 +232,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	edgePprof := false
 	if bin, ok := bins["edge"]; ok {
 		help, _ := exec.Command(bin, "--help").CombinedOutput()
-		edgePprof = strings.Contains(string(help), "-pprof-listen")
+		switch {
+		case strings.Contains(string(help), "-admin-pprof"):
+			edgePprof, edgePprofArgs = true, []string{"--admin-listen", "127.0.0.1:0", "--admin-pprof"}
+		case strings.Contains(string(help), "-pprof-listen"): // edges before the admin listener
+			edgePprof, edgePprofArgs = true, []string{"--pprof-listen", "127.0.0.1:0"}
+		}
 		if o.pprof && !edgePprof {
-			logf("WARNING: -pprof: this edge has no --pprof-listen")
+			logf("WARNING: -pprof: this edge serves no pprof (--admin-pprof)")
 		}
 	}
 
@@ -584,3 +589,8 @@ func perfStatEvents(want bool, logf func(string, ...any)) ([]string, string) {
 	}
 	return events, ""
 }
+
+// edgePprofArgs are the flags that make the edge under test serve pprof
+// (--admin-listen with --admin-pprof, or an older edge's --pprof-listen),
+// chosen from its --help. Set once in main before any server starts.
+var edgePprofArgs []string

@@ -21,6 +21,7 @@ func TestListenAddr(t *testing.T) {
 	tests := []struct{ name, line, want string }{
 		{"edge slog", `time=2026-11-30T00:15:58.604Z level=INFO msg=listening addr=127.0.0.1:35561 url=ws://127.0.0.1:35561/ backend=memory`, "127.0.0.1:35561"},
 		{"edge pprof", `time=x level=INFO msg=pprof addr=127.0.0.1:33647`, "127.0.0.1:33647"},
+		{"edge admin", `time=x level=INFO msg="admin listening" addr=127.0.0.1:9091 url=http://127.0.0.1:9091/ endpoints="GET /healthz"`, "127.0.0.1:9091"},
 		{"peer", `listening 127.0.0.1:41234`, "127.0.0.1:41234"},
 		{"other", `starting up`, ""},
 	}

@@ -116,7 +116,7 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 	if sp.peer == "edge" {
 		args = append(args, "--loops", "1")
 		if sp.pprof {
-			args = append(args, "--pprof-listen", "127.0.0.1:0")
+			args = append(args, edgePprofArgs...)
 		}
 		args = append(args, sp.extra...)
 	}
@@ -221,7 +221,7 @@ func (s *server) scan(r io.Reader, addrc chan<- string) {
 			}
 			continue
 		}
-		if strings.Contains(line, "msg=pprof") {
+		if strings.Contains(line, "msg=pprof") || strings.Contains(line, `msg="admin listening"`) {
 			if a := listenAddr(line); a != "" {
 				s.pprofMu.Lock()
 				s.pprofAddr = a
