@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,14 +22,24 @@ import (
 // item 3). Anything else (a handler that selected on Done, a derived context
 // whose timer may still fire) keeps the old one, and the task gets a new one.
 type reqCtx struct {
-	mu   sync.Mutex
-	done chan struct{} // guarded by mu; created lazily
-	err  error         // guarded by mu
-	fns  []*afterFunc  // guarded by mu: callbacks to run at cancel
-	// used is set once Done or AfterFunc handed out something that can
-	// outlive the call. Guarded by mu.
-	used bool
+	// state holds ctxCancelled and ctxUsed. It is written under mu (and by
+	// reuse, once nothing but the loop can reach the context) and read
+	// without it, so that Err and reuse, which run per request, take no
+	// lock.
+	state atomic.Uint32
+	mu    sync.Mutex
+	done  chan struct{} // guarded by mu; created lazily
+	fns   []*afterFunc  // guarded by mu: callbacks to run at cancel
 }
+
+// Bits of reqCtx.state.
+const (
+	// ctxCancelled: cancel was called.
+	ctxCancelled = 1 << iota
+	// ctxUsed: Done or AfterFunc handed out something that can outlive
+	// the call.
+	ctxUsed
+)
 
 // afterFunc is one registered callback; its address identifies it for stop.
 type afterFunc struct{ f func() }
@@ -42,9 +53,9 @@ func (c *reqCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (c *reqCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.used = true
+	c.state.Or(ctxUsed)
 	if c.done == nil {
-		if c.err != nil {
+		if c.state.Load()&ctxCancelled != 0 {
 			return closedChan
 		}
 		c.done = make(chan struct{})
@@ -53,9 +64,10 @@ func (c *reqCtx) Done() <-chan struct{} {
 }
 
 func (c *reqCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if c.state.Load()&ctxCancelled != 0 {
+		return context.Canceled
+	}
+	return nil
 }
 
 func (c *reqCtx) Value(any) any { return nil }
@@ -67,8 +79,8 @@ func (c *reqCtx) Value(any) any { return nil }
 func (c *reqCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.used = true
-	if c.err != nil {
+	c.state.Or(ctxUsed)
+	if c.state.Load()&ctxCancelled != 0 {
 		go f()
 		return func() bool { return false }
 	}
@@ -91,10 +103,10 @@ func (c *reqCtx) AfterFunc(f func()) (stop func() bool) {
 func (c *reqCtx) cancel() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
+	if c.state.Load()&ctxCancelled != 0 {
 		return
 	}
-	c.err = context.Canceled
+	c.state.Or(ctxCancelled)
 	if c.done != nil {
 		close(c.done)
 	}
@@ -106,15 +118,16 @@ func (c *reqCtx) cancel() {
 }
 
 // reuse readies c for another request and reports whether it may be reused:
-// only a pristine context is (see reqCtx). Must be called once the call it
-// served has returned.
+// only a pristine context is (see reqCtx). Must be called on the loop once
+// the call it served has returned. A pristine context is reachable from
+// nowhere else by then (no Done channel, no callback was handed out; a
+// handler may not keep ctx after Call returns, backend.Handler), and the
+// loop is the only canceller, so it takes no lock: this runs per request.
 func (c *reqCtx) reuse() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.used {
+	if c.state.Load()&ctxUsed != 0 {
 		return false
 	}
-	c.err = nil
+	c.state.Store(0)
 	return true
 }
 

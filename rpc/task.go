@@ -95,7 +95,9 @@ func (s *Session) freeTask(t *Task) {
 	if !ctx.reuse() {
 		ctx = newReqCtx()
 	}
-	*t = Task{buf: t.buf[:0], res: t.res[:0], ctx: ctx}
+	buf, res := t.buf[:0], t.res[:0]
+	*t = Task{} // one clear of the whole task, then what it keeps
+	t.buf, t.res, t.ctx = buf, res, ctx
 	keep := t.bufBytes()
 	if len(s.free) < sessionFreeTasks && s.freeBytes+keep <= sessionFreeBytes && !s.closed {
 		s.free = append(s.free, t)
