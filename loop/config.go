@@ -20,6 +20,14 @@ type Config struct {
 	NDJSONListen string
 	// WSPath is the only path that upgrades [/]; others get 404.
 	WSPath string
+	// AllowOrigins lists the browser origins allowed besides the request's
+	// own host ("scheme://host[:port]", or "*" for any); other Origins get
+	// 403 (CONTRACT.md section 11.2). [none]
+	AllowOrigins []string
+	// NDJSONInsecure lets NDJSONListen be an address other than loopback:
+	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
+	// section 11). [false]
+	NDJSONInsecure bool
 	// Loops is the number of gnet event loops [GOMAXPROCS].
 	Loops int
 	// MaxMessageBytes is the largest text message after reassembly [1048576].
@@ -89,8 +97,15 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.NDJSONListen != "" {
-		if _, _, err := net.SplitHostPort(c.NDJSONListen); err != nil {
+		if host, _, err := net.SplitHostPort(c.NDJSONListen); err != nil {
 			errs = append(errs, fmt.Errorf("ndjson-listen %q: %v", c.NDJSONListen, err))
+		} else if !c.NDJSONInsecure && !loopbackHost(host) {
+			errs = append(errs, fmt.Errorf("ndjson-listen %q: NDJSON over TCP has no authentication, so it serves loopback addresses only; add --ndjson-insecure to serve %q", c.NDJSONListen, host))
+		}
+	}
+	for _, o := range c.AllowOrigins {
+		if o != "*" && !validOrigin(o) {
+			errs = append(errs, fmt.Errorf("allow-origin %q: want scheme://host[:port] or *", o))
 		}
 	}
 	if c.WSPath != "" && !strings.HasPrefix(c.WSPath, "/") {
@@ -165,4 +180,22 @@ func (c Config) withDefaults() Config {
 func (c *Config) tickInterval() time.Duration {
 	d := min(c.HandshakeTimeout, c.PingInterval, c.PongTimeout, c.CloseTimeout, c.WriteStallTimeout) / 4
 	return max(10*time.Millisecond, min(d, time.Second))
+}
+
+// loopbackHost reports whether host (from host:port) names only loopback
+// addresses: "localhost", or an IP in 127.0.0.0/8 or ::1. An empty host (every
+// interface) is not.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// validOrigin reports whether o is spelled scheme://host[:port], as a
+// browser sends it: no path, no trailing slash.
+func validOrigin(o string) bool {
+	scheme, rest, ok := strings.Cut(o, "://")
+	return ok && scheme != "" && rest != "" && !strings.ContainsAny(rest, "/?#@ ")
 }

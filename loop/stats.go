@@ -31,6 +31,7 @@ const (
 	rejectUpgradeRequired                      // 426: an unsupported WebSocket version
 	rejectHandshakeTimeout                     // no complete upgrade within --handshake-timeout
 	rejectHandshakeAborted                     // the peer left before completing the upgrade
+	rejectOrigin                               // 403: a browser Origin not allowed (CONTRACT.md section 11.2)
 	rejectDraining                             // the server is shutting down
 	rejectAcceptPaused                         // the acceptor paused for want of descriptors or memory (accept.go)
 	numRejectReasons
@@ -48,6 +49,7 @@ var rejectReasons = [numRejectReasons]struct {
 	rejectUpgradeRequired:  {"upgrade_required", 426},
 	rejectHandshakeTimeout: {"handshake_timeout", 0},
 	rejectHandshakeAborted: {"handshake_aborted", 0},
+	rejectOrigin:           {"origin", 403},
 	rejectDraining:         {"draining", 0},
 	rejectAcceptPaused:     {"accept_paused", 0},
 }

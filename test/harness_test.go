@@ -174,18 +174,7 @@ func dial(t *testing.T, gw *gateway, extra ...string) *client {
 // dialResp is dial that also returns the 101 response for further checks.
 func dialResp(t *testing.T, gw *gateway, extra ...string) (*client, *http.Response) {
 	t.Helper()
-	conn := dialTCP(t, gw)
-	key := base64.StdEncoding.EncodeToString([]byte("edge-e2e-key-16b"))
-	conn.SetDeadline(time.Now().Add(readTimeout))
-	if _, err := io.WriteString(conn, upgradeRequest(gw.addr, "/", key, extra...)); err != nil {
-		t.Fatalf("write upgrade: %v", err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
-	if err != nil {
-		t.Fatalf("read upgrade response: %v", err)
-	}
-	conn.SetDeadline(time.Time{})
+	conn, br, resp, key := sendUpgrade(t, gw, extra...)
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: status %d, want 101", resp.StatusCode)
 	}
@@ -522,4 +511,32 @@ func duplicateID(id string) string {
 
 func serverBusy(id string) string {
 	return `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32000,"message":"Server busy","data":{"code":"SERVER_BUSY"}}}`
+}
+
+// sendUpgrade opens a connection, sends an upgrade request with extra
+// header lines and reads the answer's head; the connection's deadline is
+// cleared afterwards.
+func sendUpgrade(t *testing.T, gw *gateway, extra ...string) (net.Conn, *bufio.Reader, *http.Response, string) {
+	t.Helper()
+	conn := dialTCP(t, gw)
+	br, resp, key := upgradeOn(t, conn, gw.addr, extra...)
+	return conn, br, resp, key
+}
+
+// upgradeOn sends an upgrade request for host on conn and reads the
+// answer's head, within readTimeout.
+func upgradeOn(t *testing.T, conn net.Conn, host string, extra ...string) (*bufio.Reader, *http.Response, string) {
+	t.Helper()
+	key := base64.StdEncoding.EncodeToString([]byte("edge-e2e-key-16b"))
+	conn.SetDeadline(time.Now().Add(readTimeout))
+	if _, err := io.WriteString(conn, upgradeRequest(host, "/", key, extra...)); err != nil {
+		t.Fatalf("write upgrade: %v", err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil {
+		t.Fatalf("read upgrade response: %v", err)
+	}
+	conn.SetDeadline(time.Time{})
+	return br, resp, key
 }

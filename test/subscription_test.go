@@ -1,13 +1,10 @@
 package test
 
 import (
-	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -627,17 +624,7 @@ func dialRcvBuf(t *testing.T, gw *gateway, size int) *client {
 		t.Fatalf("dial %s: %v", gw.addr, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	key := base64.StdEncoding.EncodeToString([]byte("edge-e2e-key-16b"))
-	conn.SetDeadline(time.Now().Add(readTimeout))
-	if _, err := io.WriteString(conn, upgradeRequest(gw.addr, "/", key)); err != nil {
-		t.Fatalf("write upgrade: %v", err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
-	if err != nil {
-		t.Fatalf("read upgrade response: %v", err)
-	}
-	conn.SetDeadline(time.Time{})
+	br, resp, key := upgradeOn(t, conn, gw.addr)
 	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(key) {
 		t.Fatalf("upgrade: status %d", resp.StatusCode)
 	}

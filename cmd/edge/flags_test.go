@@ -87,3 +87,36 @@ func TestUpstreamFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestNDJSONListenLoopbackOnly: NDJSON over TCP has no handshake and no
+// authentication, so --ndjson-listen serves loopback addresses only unless
+// --ndjson-insecure is given (CONTRACT.md section 11); a bad --allow-origin
+// is refused naming it.
+func TestNDJSONListenLoopbackOnly(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--ndjson-listen", "127.0.0.1:0"}, true},
+		{[]string{"--ndjson-listen", "127.0.0.2:0"}, true},
+		{[]string{"--ndjson-listen", "[::1]:0"}, true},
+		{[]string{"--ndjson-listen", "localhost:0"}, true},
+		{[]string{"--ndjson-listen", "0.0.0.0:9000"}, false},
+		{[]string{"--ndjson-listen", ":9000"}, false},
+		{[]string{"--ndjson-listen", "10.1.2.3:9000"}, false},
+		{[]string{"--ndjson-listen", "0.0.0.0:9000", "--ndjson-insecure"}, true},
+	} {
+		_, err := loadConfig(tt.args, nil, io.Discard)
+		if tt.ok && err != nil {
+			t.Errorf("edge %q: %v", tt.args, err)
+		}
+		if !tt.ok && (err == nil || !strings.Contains(err.Error(), "--ndjson-insecure")) {
+			t.Errorf("edge %q: error %v, want one naming --ndjson-insecure", tt.args, err)
+		}
+	}
+	for _, bad := range []string{"app.example", "https://app.example/", "https://", "https://a.example/path"} {
+		if _, err := loadConfig([]string{"--allow-origin", bad}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "allow-origin") {
+			t.Errorf("--allow-origin %q: error %v, want one naming the flag", bad, err)
+		}
+	}
+}

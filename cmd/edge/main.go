@@ -118,6 +118,11 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.BoolVar(&o.adminPprof, "admin-pprof", false, "also serve net/http/pprof under /debug/pprof/ on the admin listener")
 	fs.BoolVar(&o.stdio, "stdio", false, "serve one NDJSON session on stdin/stdout instead of listening (logs go to stderr)")
 	fs.StringVar(&c.WSPath, "ws-path", loop.DefaultWSPath, "the HTTP path that upgrades to WebSocket; other paths get 404")
+	fs.Var(&listFlag{add: func(s string) error {
+		c.AllowOrigins = append(c.AllowOrigins, s)
+		return nil
+	}}, "allow-origin", "`ORIGIN` (scheme://host[:port], repeatable, or *) a browser page may open a WebSocket from, besides the gateway's own host; other Origins get 403")
+	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", loop.DefaultMaxHeaderBytes, "cap on the HTTP upgrade request head")
