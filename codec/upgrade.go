@@ -373,7 +373,8 @@ func appendAcceptKey(dst, key []byte) []byte {
 // status line, Content-Type text/plain, Content-Length, Connection: close and a
 // short body naming the status. A 426 also carries "Upgrade: websocket" (RFC 9110
 // section 15.5.22) and "Sec-WebSocket-Version: 13" (RFC 6455 section 4.2.2); a 401
-// carries "WWW-Authenticate: Bearer" (RFC 9110 section 15.5.2).
+// carries "WWW-Authenticate: Bearer" (RFC 9110 section 15.5.2); a 503
+// "Retry-After: 1" (CONTRACT.md section 11.1).
 // Safe for concurrent use.
 func AppendHTTPError(dst []byte, status int) []byte {
 	text := statusText(status)
@@ -389,6 +390,8 @@ func AppendHTTPError(dst []byte, status int) []byte {
 		dst = append(dst, "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"...)
 	case 401:
 		dst = append(dst, "WWW-Authenticate: Bearer\r\n"...)
+	case 503:
+		dst = append(dst, "Retry-After: 1\r\n"...)
 	}
 	dst = append(dst, "\r\n"...)
 	dst = append(dst, text...)

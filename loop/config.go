@@ -3,6 +3,7 @@ package loop
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
 	"runtime"
@@ -20,6 +21,13 @@ type Config struct {
 	NDJSONListen string
 	// WSPath is the only path that upgrades [/]; others get 404.
 	WSPath string
+	// MaxConns caps the connections open at once; an upgrade beyond it gets
+	// 503 with Retry-After (an NDJSON connection is closed) (CONTRACT.md
+	// section 11.1). [DefaultMaxConns(): the open-file limit minus 128]
+	MaxConns int
+	// MaxConnsPerIP caps the connections open at once from one client
+	// address. [0: no limit]
+	MaxConnsPerIP int
 	// AllowOrigins lists the browser origins allowed besides the request's
 	// own host ("scheme://host[:port]", or "*" for any); other Origins get
 	// 403 (CONTRACT.md section 11.2). [none]
@@ -117,6 +125,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	neg("loops", int64(c.Loops))
+	neg("max-conns", int64(c.MaxConns))
+	neg("max-conns-per-ip", int64(c.MaxConnsPerIP))
 	neg("max-message-bytes", int64(c.MaxMessageBytes))
 	neg("max-header-bytes", int64(c.MaxHeaderBytes))
 	neg("handshake-timeout", int64(c.HandshakeTimeout))
@@ -144,6 +154,9 @@ func (c Config) withDefaults() Config {
 		if *v == 0 {
 			*v = d
 		}
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns()
 	}
 	setD := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
@@ -198,4 +211,17 @@ func loopbackHost(host string) bool {
 func validOrigin(o string) bool {
 	scheme, rest, ok := strings.Cut(o, "://")
 	return ok && scheme != "" && rest != "" && !strings.ContainsAny(rest, "/?#@ ")
+}
+
+// DefaultMaxConns is the default of Config.MaxConns: the process's soft
+// open-file limit minus 128 descriptors kept for listeners, upstreams, logs
+// and the admin listener (CONTRACT.md section 11.1); at least half the limit
+// when the limit is small.
+func DefaultMaxConns() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY || rl.Cur > 1<<30 {
+		return 1 << 20
+	}
+	n := int(rl.Cur)
+	return max(n-128, n/2, 1)
 }

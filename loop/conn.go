@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"net/netip"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,8 @@ type conn struct {
 	proto proto      // immutable
 	state connState  // changed only by setState
 	index int        // position in l.conns, -1 when not registered
+	ip    netip.Addr // immutable: the client's address (connLimits)
+	over  bool       // immutable: over a connection limit when it opened
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
@@ -499,6 +502,7 @@ func (w *conn) stalled(now time.Time) bool {
 // closed runs from OnClose: the session ends and every resource is released.
 func (w *conn) closed() {
 	w.countClose()
+	w.l.srv.limits.release(w.ip, w.cfg().MaxConnsPerIP)
 	if w.sess != nil {
 		w.sess.Close()
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -51,6 +52,7 @@ func (c *fakeConn) SetContext(ctx any)        { c.ctx = ctx }
 func (c *fakeConn) InboundBuffered() int      { return len(c.in) }
 func (c *fakeConn) OutboundBuffered() int     { return c.pending }
 func (c *fakeConn) Fd() int                   { return -1 } // shutdown(2) of it fails harmlessly
+func (c *fakeConn) RemoteAddr() net.Addr      { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 
 func (c *fakeConn) Peek(n int) ([]byte, error) {
 	if n < 0 || n > len(c.in) {

@@ -36,6 +36,7 @@ type Server struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when the acceptors and the event loops have stopped
 	paused   atomic.Int64  // connections over their soft outbound cap
+	limits   connLimits    // open connections, for MaxConns and MaxConnsPerIP
 	tails    tailSet       // half-closed NDJSON connections (halfclose.go)
 	nextFull time.Time     // ticker goroutine only: next full timeout sweep
 
@@ -176,8 +177,15 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	now := time.Now()
-	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout)}
+	ip := remoteIP(c.RemoteAddr())
+	over := s.limits.admit(ip, s.cfg.MaxConns, s.cfg.MaxConnsPerIP)
+	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), ip: ip, over: over}
 	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
+		if over { // no handshake to answer 503 on
+			s.limits.release(ip, s.cfg.MaxConnsPerIP)
+			l.counts.rejected[rejectLimit]++
+			return nil, gnet.Close
+		}
 		w.proto = protoNDJSON
 		w.open()
 	}

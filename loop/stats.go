@@ -32,6 +32,7 @@ const (
 	rejectHandshakeTimeout                     // no complete upgrade within --handshake-timeout
 	rejectHandshakeAborted                     // the peer left before completing the upgrade
 	rejectOrigin                               // 403: a browser Origin not allowed (CONTRACT.md section 11.2)
+	rejectLimit                                // 503: --max-conns or --max-conns-per-ip reached (CONTRACT.md section 11.1)
 	rejectDraining                             // the server is shutting down
 	rejectAcceptPaused                         // the acceptor paused for want of descriptors or memory (accept.go)
 	numRejectReasons
@@ -50,6 +51,7 @@ var rejectReasons = [numRejectReasons]struct {
 	rejectHandshakeTimeout: {"handshake_timeout", 0},
 	rejectHandshakeAborted: {"handshake_aborted", 0},
 	rejectOrigin:           {"origin", 403},
+	rejectLimit:            {"limit", 503},
 	rejectDraining:         {"draining", 0},
 	rejectAcceptPaused:     {"accept_paused", 0},
 }

@@ -117,6 +117,10 @@ func (w *conn) handshake(buf []byte) int {
 		w.reject(rejectFor(status))
 		return len(buf)
 	}
+	if w.overLimit() {
+		w.reject(rejectLimit)
+		return len(buf)
+	}
 	if !codec.OriginAllowed(&req, cfg.AllowOrigins) {
 		w.reject(rejectOrigin)
 		return len(buf)

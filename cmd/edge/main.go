@@ -122,6 +122,8 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 		c.AllowOrigins = append(c.AllowOrigins, s)
 		return nil
 	}}, "allow-origin", "`ORIGIN` (scheme://host[:port], repeatable, or *) a browser page may open a WebSocket from, besides the gateway's own host; other Origins get 403")
+	fs.IntVar(&c.MaxConns, "max-conns", loop.DefaultMaxConns(), "connections open at once; an upgrade beyond it gets 503 with Retry-After: 1 (default: the open-file limit minus 128)")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "connections open at once from one client address; beyond it 503 (0: no limit)")
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
