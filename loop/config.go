@@ -3,6 +3,7 @@ package loop
 import (
 	"errors"
 	"fmt"
+	"github.com/openengine/edge/auth"
 	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
@@ -32,6 +33,13 @@ type Config struct {
 	// own host ("scheme://host[:port]", or "*" for any); other Origins get
 	// 403 (CONTRACT.md section 11.2). [none]
 	AllowOrigins []string
+	// Auth, when set, authenticates every WebSocket upgrade: a missing or
+	// invalid bearer token gets 401 (CONTRACT.md section 11.3). [nil: off]
+	Auth auth.Verifier
+	// AuthQueryParam names a query parameter that may carry the token
+	// instead of the Authorization header (browsers cannot set headers on
+	// a WebSocket). [empty: header only]
+	AuthQueryParam string
 	// NDJSONInsecure lets NDJSONListen be an address other than loopback:
 	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
 	// section 11). [false]

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"github.com/openengine/edge/auth"
 	"net/netip"
 	"strconv"
 	"time"
@@ -83,7 +84,12 @@ type conn struct {
 	state connState  // changed only by setState
 	index int        // position in l.conns, -1 when not registered
 	ip    netip.Addr // immutable: the client's address (connLimits)
-	over  bool       // immutable: over a connection limit when it opened
+	// who is the identity its token gave, when the listener authenticates;
+	// expires is its end in unix nanoseconds, 0 for none. Set by the
+	// upgrade.
+	who     *auth.Identity
+	expires int64
+	over    bool // immutable: over a connection limit when it opened
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
@@ -334,9 +340,10 @@ func (w *conn) slowConsumer() {
 type closeCause uint8
 
 const (
-	causeSlowConsumer closeCause = iota // output over the hard cap, or a write stalled (section 6)
-	causeIdle                           // no answer to the server's ping (section 1.1)
-	causeGoingAway                      // graceful shutdown (section 9)
+	causeSlowConsumer    closeCause = iota // output over the hard cap, or a write stalled (section 6)
+	causeIdle                              // no answer to the server's ping (section 1.1)
+	causeGoingAway                         // graceful shutdown (section 9)
+	causeIdentityExpired                   // the token's identity expired (section 11.3)
 )
 
 var closeCauses = [...]struct {
@@ -354,6 +361,9 @@ var closeCauses = [...]struct {
 	causeIdle:         {code: ws.StatusGoingAway, reason: "idle timeout", hangup: true},
 	// Shutdown's answers and subscription/closed notifications go first.
 	causeGoingAway: {code: ws.StatusGoingAway, reason: "going away", keep: true},
+	// The frame that found it expired reaches no backend; nothing queued
+	// for the connection goes out after its identity ended.
+	causeIdentityExpired: {code: 4401, reason: "connection identity expired"},
 }
 
 func (c closeCause) String() string { return closeCauses[c].reason }
@@ -462,6 +472,11 @@ func (w *conn) tick(now time.Time) {
 			w.sess.Trim()
 		}
 		if w.proto != protoWebSocket {
+			return
+		}
+		if w.identityExpired(now.UnixNano()) {
+			// An idle connection whose identity ended (CONTRACT.md 11.3).
+			w.closeFor(causeIdentityExpired)
 			return
 		}
 		// Closed only PongTimeout after a ping: a sweep that comes late

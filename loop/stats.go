@@ -33,6 +33,7 @@ const (
 	rejectHandshakeAborted                     // the peer left before completing the upgrade
 	rejectOrigin                               // 403: a browser Origin not allowed (CONTRACT.md section 11.2)
 	rejectLimit                                // 503: --max-conns or --max-conns-per-ip reached (CONTRACT.md section 11.1)
+	rejectUnauthorized                         // 401: no token or an invalid one (CONTRACT.md section 11.3)
 	rejectDraining                             // the server is shutting down
 	rejectAcceptPaused                         // the acceptor paused for want of descriptors or memory (accept.go)
 	numRejectReasons
@@ -52,6 +53,7 @@ var rejectReasons = [numRejectReasons]struct {
 	rejectHandshakeAborted: {"handshake_aborted", 0},
 	rejectOrigin:           {"origin", 403},
 	rejectLimit:            {"limit", 503},
+	rejectUnauthorized:     {"unauthorized", 401},
 	rejectDraining:         {"draining", 0},
 	rejectAcceptPaused:     {"accept_paused", 0},
 }

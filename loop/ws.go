@@ -41,6 +41,11 @@ func (w *conn) frames(buf []byte) int {
 func (w *conn) event(ev codec.Event) {
 	switch ev.Kind {
 	case codec.EventText:
+		if w.identityExpired(w.lastRead.UnixNano()) {
+			// CONTRACT.md section 11.3: the frame reaches no backend.
+			w.closeFor(causeIdentityExpired)
+			return
+		}
 		if !ev.Unchecked {
 			w.sess.HandleMessage(ev.Payload)
 		} else if !w.sess.HandleUnchecked(ev.Payload) {
@@ -124,6 +129,17 @@ func (w *conn) handshake(buf []byte) int {
 	if !codec.OriginAllowed(&req, cfg.AllowOrigins) {
 		w.reject(rejectOrigin)
 		return len(buf)
+	}
+	if cfg.Auth != nil {
+		id, err := cfg.Auth.Verify(bearerToken(&req, cfg.AuthQueryParam))
+		if err != nil {
+			w.reject(rejectUnauthorized)
+			return len(buf)
+		}
+		w.who = &id
+		if !id.Expires.IsZero() {
+			w.expires = id.Expires.UnixNano()
+		}
 	}
 	w.out = codec.AppendAccept(w.l.getBuf(), req.Key)
 	w.l.markDirty(w)

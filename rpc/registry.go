@@ -60,7 +60,7 @@ func NewRegistry(unary, subscriptions []string) *Registry {
 	add(subscriptions, Subscription)
 	add(edgeUnary, Unary)
 	add(edgeSubscriptions, Subscription)
-	add([]string{"edge/stats"}, Local)
+	add([]string{"edge/stats", "edge/whoami"}, Local)
 	for n := range r.methods {
 		r.names = append(r.names, n)
 	}
