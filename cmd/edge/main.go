@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/openengine/edge/auth"
 	"io"
 	"log/slog"
 	"net"
@@ -53,11 +54,15 @@ type options struct {
 	subBuffer      int
 	subBufferBytes int
 
-	profile   string
-	maxBatch  int
-	upstreams []upstream.Spec
-	routes    []upstream.Route
-	upstream  upstream.Config
+	profile  string
+	maxBatch int
+
+	authTokens string         // --auth-tokens
+	verifiers  auth.Chain     // loaded by prepare, reloaded on SIGHUP
+	jwt        auth.JWTConfig // --jwt-*
+	upstreams  []upstream.Spec
+	routes     []upstream.Route
+	upstream   upstream.Config
 
 	configFile  string // --config: the TOML file read under the environment
 	adminListen string
@@ -122,6 +127,17 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 		c.AllowOrigins = append(c.AllowOrigins, s)
 		return nil
 	}}, "allow-origin", "`ORIGIN` (scheme://host[:port], repeatable, or *) a browser page may open a WebSocket from, besides the gateway's own host; other Origins get 403")
+	fs.StringVar(&o.authTokens, "auth-tokens", "", "`FILE` of static bearer tokens, one SUBJECT TOKEN per line (# comments); turns authentication on; SIGHUP reloads it")
+	fs.Var(&listFlag{add: func(s string) error {
+		o.jwt.KeyFiles = append(o.jwt.KeyFiles, s)
+		return nil
+	}}, "jwt-key", "`FILE` (repeatable) verifying JWT bearer tokens: an HMAC secret (with --jwt-alg), a PEM public key or a JWKS document (by kid); turns authentication on; SIGHUP reloads it")
+	fs.StringVar(&o.jwt.Alg, "jwt-alg", "", "algorithm of HMAC secrets given with --jwt-key: HS256, HS384 or HS512")
+	fs.DurationVar(&o.jwt.Leeway, "jwt-leeway", auth.DefaultLeeway, "clock skew allowed on exp, nbf and iat")
+	fs.StringVar(&o.jwt.Audience, "jwt-audience", "", "the aud a JWT must carry (unchecked when empty)")
+	fs.StringVar(&o.jwt.Issuer, "jwt-issuer", "", "the iss a JWT must carry (unchecked when empty)")
+	fs.BoolVar(&o.jwt.AllowNoExp, "jwt-allow-no-exp", false, "accept JWTs without exp (identities that never expire)")
+	fs.StringVar(&c.AuthQueryParam, "auth-query-param", "", "also take the bearer token from this query parameter (browsers cannot set headers on a WebSocket); never logged")
 	fs.IntVar(&c.MaxConns, "max-conns", loop.DefaultMaxConns(), "connections open at once; an upgrade beyond it gets 503 with Retry-After: 1 (default: the open-file limit minus 128)")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "connections open at once from one client address; beyond it 503 (0: no limit)")
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
@@ -280,6 +296,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	if len(o.verifiers) > 0 {
+		hupCtx, stopHUP := context.WithCancel(ctx)
+		defer stopHUP()
+		reloadOnHUP(hupCtx, o.verifiers, logger)
+	}
 	cancelReply, _ := rpc.ParseCancelReply(o.cancelReply)
 	pool := backend.NewPool(o.maxTasks, o.workerIdle)
 	defer pool.Close()
@@ -394,7 +415,59 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 	if err := checkRoutes(ups, reg); err != nil {
 		return nil, nil, err
 	}
+	if err := loadAuth(o); err != nil {
+		return nil, nil, err
+	}
 	return reg, ups, nil
+}
+
+// loadAuth loads --auth-tokens and --jwt-key into the listener's verifier
+// (CONTRACT.md section 11.3); without either, authentication is off.
+func loadAuth(o *options) error {
+	var chain auth.Chain
+	if o.authTokens != "" {
+		path := o.authTokens
+		r, err := auth.NewReloadable(func() (auth.Verifier, error) { return auth.LoadTokens(path) })
+		if err != nil {
+			return fmt.Errorf("auth-tokens: %w", err)
+		}
+		chain = append(chain, r)
+	}
+	if len(o.jwt.KeyFiles) > 0 {
+		cfg := o.jwt
+		r, err := auth.NewReloadable(func() (auth.Verifier, error) { return auth.NewJWT(cfg) })
+		if err != nil {
+			return fmt.Errorf("jwt-key: %w", err)
+		}
+		chain = append(chain, r)
+	}
+	if len(chain) > 0 {
+		o.loop.Auth, o.verifiers = chain, chain
+	}
+	return nil
+}
+
+// reloadOnHUP reloads the verifiers on SIGHUP until ctx ends: open
+// connections keep their identity; a file that fails to load keeps the
+// previous keys and is logged.
+func reloadOnHUP(ctx context.Context, chain auth.Chain, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := chain.Reload(); err != nil {
+					logger.Warn("reload on SIGHUP: kept the previous keys", "err", err)
+				} else {
+					logger.Info("reloaded the token files and keys on SIGHUP")
+				}
+			}
+		}
+	}()
 }
 
 // checkRoutes refuses a subscription method routed to an upstream that can
