@@ -32,6 +32,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@# The raw peer builds edge's own code (a replace): its go.mod must follow
+	@# edge's, or the bench suite fails to build it.
+	@cd bench/peers/raw && $(GO) mod tidy -diff >/dev/null || { echo "bench/peers/raw/go.mod is stale: run go mod tidy there"; exit 1; }
 
 ## dashboard-png: rewrite docs/dashboard.png, the dashboard with 20 s of a fake load (needs chromium; ~30 s)
 dashboard-png:
