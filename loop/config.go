@@ -40,6 +40,14 @@ type Config struct {
 	// instead of the Authorization header (browsers cannot set headers on
 	// a WebSocket). [empty: header only]
 	AuthQueryParam string
+	// RateLimit is the messages per second a connection may send; a request
+	// over it gets RATE_LIMITED (CONTRACT.md section 11.4). [0: off]
+	RateLimit int
+	// RateBurst is the burst above RateLimit. [2 x RateLimit]
+	RateBurst int
+	// RateCloseAfter is how many refusals in a row close the connection
+	// with 1008 "rate limit exceeded". [1000]
+	RateCloseAfter int
 	// NDJSONInsecure lets NDJSONListen be an address other than loopback:
 	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
 	// section 11). [false]
@@ -134,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	neg("loops", int64(c.Loops))
 	neg("max-conns", int64(c.MaxConns))
+	neg("rate-limit", int64(c.RateLimit))
+	neg("rate-burst", int64(c.RateBurst))
+	neg("rate-limit-close-after", int64(c.RateCloseAfter))
 	neg("max-conns-per-ip", int64(c.MaxConnsPerIP))
 	neg("max-message-bytes", int64(c.MaxMessageBytes))
 	neg("max-header-bytes", int64(c.MaxHeaderBytes))
@@ -165,6 +176,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns()
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = 2 * c.RateLimit
+	}
+	if c.RateCloseAfter == 0 {
+		c.RateCloseAfter = DefaultRateCloseAfter
 	}
 	setD := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {

@@ -89,7 +89,8 @@ type conn struct {
 	// upgrade.
 	who     *auth.Identity
 	expires int64
-	over    bool // immutable: over a connection limit when it opened
+	rate    rateBucket // --rate-limit
+	over    bool       // immutable: over a connection limit when it opened
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
@@ -160,6 +161,7 @@ type session interface {
 	HandleMessage(msg []byte)
 	HandleUnchecked(msg []byte) bool
 	HandleParseError()
+	HandleRateLimited(msg []byte)
 	Resume()
 	GoAway()
 	EndSubscriptions()
@@ -185,14 +187,15 @@ func (e echo) HandleUnchecked(msg []byte) bool {
 	e.w.Send(msg)
 	return true
 }
-func (e echo) HandleParseError() {}
-func (e echo) Resume()           {}
-func (e echo) GoAway()           {}
-func (e echo) EndSubscriptions() {}
-func (e echo) Busy() bool        { return false }
-func (e echo) Stats() rpc.Stats  { return rpc.Stats{} }
-func (e echo) Trim()             {}
-func (e echo) Close()            {}
+func (e echo) HandleParseError()        {}
+func (e echo) HandleRateLimited([]byte) {}
+func (e echo) Resume()                  {}
+func (e echo) GoAway()                  {}
+func (e echo) EndSubscriptions()        {}
+func (e echo) Busy() bool               { return false }
+func (e echo) Stats() rpc.Stats         { return rpc.Stats{} }
+func (e echo) Trim()                    {}
+func (e echo) Close()                   {}
 
 // Send implements rpc.Sink: it frames msg for this turn's write (one text
 // frame, or one line). Output is dropped once the server has decided to close.
@@ -344,6 +347,7 @@ const (
 	causeIdle                              // no answer to the server's ping (section 1.1)
 	causeGoingAway                         // graceful shutdown (section 9)
 	causeIdentityExpired                   // the token's identity expired (section 11.3)
+	causeRateLimited                       // persistently over --rate-limit (section 11.4)
 )
 
 var closeCauses = [...]struct {
@@ -364,6 +368,8 @@ var closeCauses = [...]struct {
 	// The frame that found it expired reaches no backend; nothing queued
 	// for the connection goes out after its identity ended.
 	causeIdentityExpired: {code: 4401, reason: "connection identity expired"},
+	// The refusals already queued go out first.
+	causeRateLimited: {code: ws.StatusPolicyViolation, reason: "rate limit exceeded", keep: true},
 }
 
 func (c closeCause) String() string { return closeCauses[c].reason }

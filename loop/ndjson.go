@@ -12,6 +12,10 @@ func (w *conn) lines(buf []byte) int {
 		off += n
 		switch kind {
 		case codec.LineOK:
+			if !w.rate.allow(w.cfg(), w.lastRead.UnixNano()) {
+				w.rateLimited(line)
+				break
+			}
 			w.sess.HandleMessage(line)
 			w.l.handled++
 		case codec.LineTooLong:

@@ -46,6 +46,10 @@ func (w *conn) event(ev codec.Event) {
 			w.closeFor(causeIdentityExpired)
 			return
 		}
+		if !w.rate.allow(w.cfg(), w.lastRead.UnixNano()) {
+			w.rateLimited(ev.Payload)
+			return
+		}
 		if !ev.Unchecked {
 			w.sess.HandleMessage(ev.Payload)
 		} else if !w.sess.HandleUnchecked(ev.Payload) {

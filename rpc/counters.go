@@ -34,6 +34,8 @@ func outcomeOf(err error) Outcome {
 		return OutcomeOK
 	case err == errBusy:
 		return OutcomeBusy
+	case err == errRateLimited:
+		return OutcomeRateLimited
 	case errors.Is(err, backend.ErrUpstreamTimeout):
 		return OutcomeTimeout
 	case errors.Is(err, backend.ErrUpstreamUnavailable):

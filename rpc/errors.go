@@ -17,6 +17,7 @@ var (
 	errInvalidParams  = protocolError(codec.CodeInvalidParams, "")
 	errBusy           = serverError("Server busy", "SERVER_BUSY")
 	errShuttingDown   = serverError("Server shutting down", "SERVER_SHUTTING_DOWN")
+	errRateLimited    = serverError("Rate limited", "RATE_LIMITED")
 	errCancelled      = protocolError(codec.CodeRequestCancelled, "")
 
 	// errInternal is what a client sees for an error that is not a

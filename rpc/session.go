@@ -549,3 +549,17 @@ func (s *Session) HandleParseError() {
 		s.nullError(errParse)
 	}
 }
+
+// HandleRateLimited answers a message the transport's rate limit refused
+// (CONTRACT.md section 11.4): a request (it has an id) gets -32000 Rate
+// limited {"code":"RATE_LIMITED"} and reaches no backend; anything else is
+// dropped. Must be called on the loop.
+func (s *Session) HandleRateLimited(msg []byte) {
+	if s.closed {
+		return
+	}
+	env := codec.Classify(msg, s.transport == WebSocket)
+	if (env.Kind == codec.KindTracked || env.Kind == codec.KindUntracked) && env.ID != nil {
+		s.refuse(&env, env.ID, errRateLimited)
+	}
+}

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,51 @@ func TestIdleIdentityExpiry4401(t *testing.T) {
 	gw := startGateway(t, func(c *gwConfig) { c.loop.Auth = v })
 	idle, _ := dialResp(t, gw, "Authorization: Bearer short")
 	if reason := idle.expectClose(4401); reason != "connection identity expired" {
+		t.Fatalf("close reason %q", reason)
+	}
+}
+
+// TestRateLimit: with --rate-limit 1 (burst 2) a burst of 30 requests gets
+// exactly 2 answers and 28 RATE_LIMITED refusals that reach no backend;
+// after --rate-limit-close-after refusals in a row the connection is closed
+// with 1008 "rate limit exceeded" (CONTRACT.md section 11.4). One message a
+// second refills the bucket, far slower than the test sends.
+func TestRateLimit(t *testing.T) {
+	gw := startGateway(t, func(c *gwConfig) {
+		c.loop.RateLimit, c.loop.RateCloseAfter = 1, 31
+	})
+	c := dial(t, gw)
+	var burst []byte
+	for i := range 30 {
+		burst = append(burst, textFrame(`{"jsonrpc":"2.0","id":`+strconv.Itoa(i)+`,"method":"edge/echo","params":{}}`)...)
+	}
+	c.write(burst)
+	ok, limited := 0, 0
+	for range 30 {
+		switch msg := c.readText(); {
+		case strings.Contains(msg, `"result":{}`):
+			ok++
+		case strings.Contains(msg, `{"code":-32000,"message":"Rate limited","data":{"code":"RATE_LIMITED"}}`):
+			limited++
+		default:
+			t.Fatalf("unexpected %s", msg)
+		}
+	}
+	if ok != 2 || limited != 28 {
+		t.Fatalf("%d answered, %d rate limited; want 2 and 28", ok, limited)
+	}
+	// 28 refusals in a row so far; 3 more close the connection (31).
+	burst = burst[:0]
+	for i := range 3 {
+		burst = append(burst, textFrame(`{"jsonrpc":"2.0","id":"x`+strconv.Itoa(i)+`","method":"edge/echo","params":{}}`)...)
+	}
+	c.write(burst)
+	for range 3 {
+		if msg := c.readText(); !strings.Contains(msg, "RATE_LIMITED") {
+			t.Fatalf("got %s, want RATE_LIMITED", msg)
+		}
+	}
+	if reason := c.expectClose(1008); reason != "rate limit exceeded" {
 		t.Fatalf("close reason %q", reason)
 	}
 }

@@ -127,6 +127,9 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 		c.AllowOrigins = append(c.AllowOrigins, s)
 		return nil
 	}}, "allow-origin", "`ORIGIN` (scheme://host[:port], repeatable, or *) a browser page may open a WebSocket from, besides the gateway's own host; other Origins get 403")
+	fs.IntVar(&c.RateLimit, "rate-limit", 0, "messages per second a connection may send; a request over it gets RATE_LIMITED (0: off)")
+	fs.IntVar(&c.RateBurst, "rate-burst", 0, "burst above --rate-limit (0: twice the limit)")
+	fs.IntVar(&c.RateCloseAfter, "rate-limit-close-after", loop.DefaultRateCloseAfter, "refusals in a row after which the connection is closed with 1008 \"rate limit exceeded\"")
 	fs.StringVar(&o.authTokens, "auth-tokens", "", "`FILE` of static bearer tokens, one SUBJECT TOKEN per line (# comments); turns authentication on; SIGHUP reloads it")
 	fs.Var(&listFlag{add: func(s string) error {
 		o.jwt.KeyFiles = append(o.jwt.KeyFiles, s)
