@@ -90,7 +90,10 @@ type conn struct {
 	who     *auth.Identity
 	expires int64
 	rate    rateBucket // --rate-limit
-	over    bool       // immutable: over a connection limit when it opened
+	// gated: the connection has per-message checks (pass): an expiring
+	// identity or a rate limit. Set when it opens.
+	gated bool
+	over  bool // immutable: over a connection limit when it opened
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
@@ -139,6 +142,7 @@ func (w *conn) cfg() *Config { return &w.l.srv.cfg }
 
 // open starts the session once the connection speaks JSON-RPC.
 func (w *conn) open() {
+	w.gated = w.expires != 0 || w.cfg().RateLimit > 0
 	t := rpc.WebSocket
 	if w.proto == protoNDJSON {
 		t = rpc.NDJSON

@@ -12,8 +12,7 @@ func (w *conn) lines(buf []byte) int {
 		off += n
 		switch kind {
 		case codec.LineOK:
-			if !w.rate.allow(w.cfg(), w.lastRead.UnixNano()) {
-				w.rateLimited(line)
+			if w.gated && !w.pass(line) {
 				break
 			}
 			w.sess.HandleMessage(line)

@@ -45,3 +45,21 @@ func (w *conn) rateLimited(msg []byte) {
 		w.closeFor(causeRateLimited)
 	}
 }
+
+// pass applies the per-message checks of a gated connection (one whose
+// identity expires or that has a rate limit; the rest skip this call) and
+// reports whether msg may reach the session: a text frame at or after the
+// identity's expiry closes the connection 4401 and reaches no backend
+// (CONTRACT.md section 11.3), one over the rate limit is refused (11.4).
+func (w *conn) pass(msg []byte) bool {
+	now := w.lastRead.UnixNano()
+	if w.identityExpired(now) {
+		w.closeFor(causeIdentityExpired)
+		return false
+	}
+	if !w.rate.allow(w.cfg(), now) {
+		w.rateLimited(msg)
+		return false
+	}
+	return true
+}

@@ -41,13 +41,7 @@ func (w *conn) frames(buf []byte) int {
 func (w *conn) event(ev codec.Event) {
 	switch ev.Kind {
 	case codec.EventText:
-		if w.identityExpired(w.lastRead.UnixNano()) {
-			// CONTRACT.md section 11.3: the frame reaches no backend.
-			w.closeFor(causeIdentityExpired)
-			return
-		}
-		if !w.rate.allow(w.cfg(), w.lastRead.UnixNano()) {
-			w.rateLimited(ev.Payload)
+		if w.gated && !w.pass(ev.Payload) {
 			return
 		}
 		if !ev.Unchecked {
