@@ -127,9 +127,11 @@ func TestUpstreamIDsAreEdges(t *testing.T) {
 	b.sendText(gate(`"x"`, "b"))
 	u.waitGate(t, "a", 1)
 	u.waitGate(t, "b", 1)
-	b.open("b", 1)
+	// The gates are opened on the upstream itself: the answers the clients
+	// get are the gate results alone, each to its own client.
+	openGate(t, u, "b", 1)
 	b.expectText(gateResult(`"x"`, "b"))
-	a.open("a", 1)
+	openGate(t, u, "a", 1)
 	a.expectText(gateResult(`"x"`, "a"))
 	if n := p.set.Upstreams()[0].Dropped(); n != 0 {
 		t.Fatalf("proxy dropped %d upstream messages", n)
