@@ -1,6 +1,7 @@
 package test
 
 import (
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func TestBearerAuth(t *testing.T) {
 	}
 	buf := make([]byte, 12)
 	conn.SetReadDeadline(time.Now().Add(readTimeout))
-	if _, err := conn.Read(buf); err != nil || string(buf) != "HTTP/1.1 101" {
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "HTTP/1.1 101" {
 		t.Fatalf("query parameter token: got %q %v, want HTTP/1.1 101", buf, err)
 	}
 
