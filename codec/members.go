@@ -160,3 +160,36 @@ func EachElement(arr []byte, fn func(elem []byte) bool) bool {
 	}
 	return false
 }
+
+// Message is the raw top-level members of a JSON-RPC 2.0 message that a
+// proxy or a worker acts on (ParseMessage); nil where absent.
+type Message struct {
+	ID, Method, Params, Result, Error []byte
+}
+
+// ParseMessage reads msg as one JSON object with "jsonrpc":"2.0" and
+// returns its id, method, params, result and error members as raw values
+// (the last of a repeated member); false when msg is not such an object.
+// It does not allocate. Safe for concurrent use.
+func ParseMessage(msg []byte) (Message, bool) {
+	var m Message
+	v20 := false
+	ok := EachMember(msg, func(k, v []byte) bool {
+		switch {
+		case KeyIs(k, "id"):
+			m.ID = v
+		case KeyIs(k, "method"):
+			m.Method = v
+		case KeyIs(k, "params"):
+			m.Params = v
+		case KeyIs(k, "result"):
+			m.Result = v
+		case KeyIs(k, "error"):
+			m.Error = v
+		case KeyIs(k, "jsonrpc"):
+			v20 = string(v) == `"2.0"`
+		}
+		return true
+	})
+	return m, ok && v20
+}

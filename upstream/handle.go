@@ -8,13 +8,6 @@ import (
 	"github.com/openengine/edge/codec"
 )
 
-// envelope is what handle reads of one upstream message: the raw values of
-// the members it acts on.
-type envelope struct {
-	id, method, params, result, errObj []byte
-	jsonrpc                            bool
-}
-
 // Why an upstream message was dropped (CONTRACT.md section 10).
 const (
 	dropBadJSON     = "not a JSON-RPC message"
@@ -35,12 +28,12 @@ func (l *link) handle(msg []byte) {
 		return
 	}
 	switch {
-	case env.method != nil && env.id != nil:
-		l.refuse(env.id)
-	case env.method != nil:
-		l.notification(env.method, env.params)
-	case env.id != nil && (env.result != nil) != (env.errObj != nil):
-		l.response(env.id, env.result, env.errObj)
+	case env.Method != nil && env.ID != nil:
+		l.refuse(env.ID)
+	case env.Method != nil:
+		l.notification(env.Method, env.Params)
+	case env.ID != nil && (env.Result != nil) != (env.Error != nil):
+		l.response(env.ID, env.Result, env.Error)
 	default:
 		l.drop(dropBadJSON)
 	}
@@ -48,27 +41,7 @@ func (l *link) handle(msg []byte) {
 
 // parseEnvelope reads the members of a JSON-RPC 2.0 message that handle
 // acts on; false when msg is not one.
-func parseEnvelope(msg []byte) (envelope, bool) {
-	var env envelope
-	ok := codec.EachMember(msg, func(k, v []byte) bool {
-		switch {
-		case codec.KeyIs(k, "id"):
-			env.id = v
-		case codec.KeyIs(k, "method"):
-			env.method = v
-		case codec.KeyIs(k, "params"):
-			env.params = v
-		case codec.KeyIs(k, "result"):
-			env.result = v
-		case codec.KeyIs(k, "error"):
-			env.errObj = v
-		case codec.KeyIs(k, "jsonrpc"):
-			env.jsonrpc = string(v) == `"2.0"`
-		}
-		return true
-	})
-	return env, ok && env.jsonrpc
-}
+func parseEnvelope(msg []byte) (codec.Message, bool) { return codec.ParseMessage(msg) }
 
 // refuse answers a request from the upstream with -32601: edge serves no
 // methods to its upstreams.

@@ -115,23 +115,10 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
-	var idTok, result, errObj []byte
-	jsonrpc := false
-	ok := codec.EachMember(data, func(k, v []byte) bool {
-		switch {
-		case codec.KeyIs(k, "id"):
-			idTok = v
-		case codec.KeyIs(k, "result"):
-			result = v
-		case codec.KeyIs(k, "error"):
-			errObj = v
-		case codec.KeyIs(k, "jsonrpc"):
-			jsonrpc = string(v) == `"2.0"`
-		}
-		return true
-	})
+	msg, ok := codec.ParseMessage(data)
+	idTok, result, errObj := msg.ID, msg.Result, msg.Error
 	got, idOK := codec.ParseUint(idTok)
-	if !ok || !jsonrpc || !idOK || got != id || (result == nil) == (errObj == nil) {
+	if !ok || !idOK || got != id || (result == nil) == (errObj == nil) {
 		h.u.dropped.Add(1)
 		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropBadJSON, "status", res.StatusCode)
 		c.Finish(nil, backend.ErrUpstreamUnavailable)

@@ -217,29 +217,29 @@ func (l *link) natsMessage(m *nats.Msg) {
 	switch {
 	case !ok:
 		l.drop(dropBadJSON)
-	case env.method == nil && env.id != nil && (env.result != nil) != (env.errObj != nil):
+	case env.Method == nil && env.ID != nil && (env.Result != nil) != (env.Error != nil):
 		// A response: the reply subject and the body must name the same
 		// call, so that nothing reaches another one.
-		if n, ok := codec.ParseUint(env.id); !ok || n != id {
+		if n, ok := codec.ParseUint(env.ID); !ok || n != id {
 			l.drop(dropUnknownID)
 			return
 		}
-		l.answer(id, env.result, env.errObj)
-	case env.method != nil && env.id != nil:
+		l.answer(id, env.Result, env.Error)
+	case env.Method != nil && env.ID != nil:
 		l.drop(dropRequest)
-	case stream && codec.KeyIs(env.method, "event"):
-		if _, cursor, body, ok := l.parseEvent(env.params); ok {
+	case stream && codec.KeyIs(env.Method, "event"):
+		if _, cursor, body, ok := l.parseEvent(env.Params); ok {
 			l.emit(id, cursor, body)
 		} else {
 			l.drop(dropBadJSON)
 		}
-	case stream && codec.KeyIs(env.method, "subscription/closed"):
-		if _, reason, ok := l.parseClosed(env.params); ok {
+	case stream && codec.KeyIs(env.Method, "subscription/closed"):
+		if _, reason, ok := l.parseClosed(env.Params); ok {
 			l.end(id, reason)
 		} else {
 			l.drop(dropBadJSON)
 		}
-	case env.method != nil:
+	case env.Method != nil:
 		l.drop(dropUnknownNote)
 	default:
 		l.drop(dropBadJSON)
