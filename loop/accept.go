@@ -62,6 +62,7 @@ type acceptor struct {
 	srv   *Server          // immutable
 	ln    *net.TCPListener // immutable
 	proto proto            // immutable: the binding, Conn.Context() in OnOpen
+	hs    *handshakers     // immutable: TLS handshake workers, nil without TLS
 	wake  chan struct{}    // capacity 1: a connection closed while paused
 
 	spare    int           // reserve descriptor, -1 when not held
@@ -106,6 +107,10 @@ func (a *acceptor) run() {
 			c, err = a.ln.AcceptTCP()
 			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err == nil && a.hs != nil {
+				a.hs.offer(c) // the worker registers it (tls.go)
+				continue
 			}
 			if err == nil {
 				err = a.register(c)
@@ -167,7 +172,7 @@ func (a *acceptor) pause(err error) bool {
 	} else {
 		a.timer.Reset(a.delay)
 	}
-	a.srv.acceptPauses.Add(1)
+	a.srv.offLoop[rejectAcceptPaused].Add(1)
 	a.srv.starved.Add(1)
 	defer a.srv.starved.Add(-1)
 	select {

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/openengine/edge/auth"
@@ -52,6 +53,15 @@ type Config struct {
 	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
 	// section 11). [false]
 	NDJSONInsecure bool
+	// TLS, when set, serves wss:// on the WebSocket listener (CONTRACT.md
+	// section 11.6): Go's crypto/tls, handshakes on a pool of HandshakePool
+	// workers off the loops, records on the loops (tls.go). Its MinVersion
+	// is raised to TLS 1.2. [nil: plain ws://]
+	TLS *tls.Config
+	// HandshakePool is how many TLS handshakes run at once; a connection
+	// accepted while every worker is busy is closed, not queued.
+	// [DefaultHandshakePool(): 4 per processor, at least 16]
+	HandshakePool int
 	// Loops is the number of gnet event loops [GOMAXPROCS].
 	Loops int
 	// MaxMessageBytes is the largest text message after reassembly [1048576].
@@ -142,6 +152,7 @@ func (c *Config) Validate() error {
 	}
 	neg("loops", int64(c.Loops))
 	neg("max-conns", int64(c.MaxConns))
+	neg("handshake-pool", int64(c.HandshakePool))
 	neg("rate-limit", int64(c.RateLimit))
 	neg("rate-burst", int64(c.RateBurst))
 	neg("rate-limit-close-after", int64(c.RateCloseAfter))
@@ -195,6 +206,11 @@ func (c Config) withDefaults() Config {
 		c.WSPath = DefaultWSPath
 	}
 	set(&c.Loops, runtime.GOMAXPROCS(0))
+	set(&c.HandshakePool, DefaultHandshakePool())
+	if c.TLS != nil {
+		c.TLS = c.TLS.Clone()
+		c.TLS.MinVersion = max(c.TLS.MinVersion, tls.VersionTLS12)
+	}
 	set(&c.MaxMessageBytes, DefaultMaxMessageBytes)
 	set(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	set(&c.ReadBufferBytes, DefaultReadBufferBytes)

@@ -95,6 +95,10 @@ type conn struct {
 	gated bool
 	over  bool // immutable: over a connection limit when it opened
 
+	// tls is the connection's TLS layer on a wss:// listener, nil on a
+	// plain one (tls.go). Set when it opens.
+	tls *tlsState
+
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
 	sess session          // nil until the connection is open
@@ -272,17 +276,21 @@ func (w *conn) flush() {
 		w.flushTail()
 		return
 	}
-	if len(w.out) > 0 {
+	if w.tls != nil {
+		w.writeTLS(w.out)
+	} else if len(w.out) > 0 {
 		_, _ = w.c.Write(w.out)
 	}
 	w.releaseOut()
 	if w.hangup {
 		w.hangup = false
+		w.closeNotify()
 		_ = w.c.Close()
 		return
 	}
 	if w.shutWrite && w.c.OutboundBuffered() == 0 {
 		w.shutWrite = false
+		w.closeNotify()
 		_ = unix.Shutdown(w.c.Fd(), unix.SHUT_WR)
 	}
 	if w.state == stateOpen {
@@ -326,6 +334,26 @@ func (w *conn) traffic(buf []byte, now time.Time) int {
 		return w.lines(buf)
 	}
 	return w.frames(buf)
+}
+
+// input handles buf, the input gnet holds: plaintext, or on a TLS
+// connection ciphertext, which is all used (a partial record stays in the
+// tls.Conn). Runs on the loop.
+func (w *conn) input(buf []byte, now time.Time) {
+	if w.tls == nil {
+		if n := w.traffic(buf, now); n > 0 {
+			_, _ = w.c.Discard(n)
+		}
+		return
+	}
+	ok := w.tlsInput(buf, now)
+	_, _ = w.c.Discard(len(buf))
+	if !ok && w.state != stateClosed {
+		// The TLS session ended (close_notify, a bad record): there is no
+		// way to send a close frame; the alert, if any, goes out first.
+		w.hangup = true
+		w.l.markDirty(w)
+	}
 }
 
 // slowConsumer closes with 1008 (causeSlowConsumer).
@@ -434,10 +462,8 @@ func (w *conn) unpause(now time.Time) {
 	if w.state != stateOpen {
 		return
 	}
-	if buf, _ := w.c.Peek(-1); len(buf) > 0 {
-		if n := w.traffic(buf, now); n > 0 {
-			_, _ = w.c.Discard(n)
-		}
+	if buf, _ := w.c.Peek(-1); len(buf) > 0 || w.tls != nil {
+		w.input(buf, now)
 	}
 	if w.state == stateOpen && !w.paused {
 		w.sess.Resume()
@@ -540,6 +566,9 @@ func (w *conn) closed() {
 	w.lr.Reset()
 	w.l.remove(w)
 	w.releaseOut()
+	if w.tls != nil {
+		w.tls.release(w.l)
+	}
 	if w.eof != nil {
 		w.l.removeTail(w)
 	}

@@ -46,8 +46,11 @@ type Server struct {
 	quitOnce  sync.Once
 	starved   atomic.Int32 // acceptors pausing for want of descriptors
 
-	accepted     [NumTransports]atomic.Uint64 // connections registered, by transport (stats.go)
-	acceptPauses atomic.Uint64                // acceptor pauses (rejectAcceptPaused)
+	accepted [NumTransports]atomic.Uint64 // connections registered, by transport (stats.go)
+	// offLoop counts the refusals decided off the loops: acceptor pauses
+	// (rejectAcceptPaused) and TLS handshakes (tls.go).
+	offLoop [numRejectReasons]atomic.Uint64
+	hs      *handshakers // immutable after Start: nil without TLS
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
@@ -81,6 +84,10 @@ func (s *Server) Start() error {
 	}
 	s.addr = ws.Addr()
 	s.acceptors = []*acceptor{newAcceptor(s, ws, protoWebSocket)}
+	if s.cfg.TLS != nil {
+		s.hs = newHandshakers(s, s.cfg.TLS, s.cfg.HandshakePool)
+		s.acceptors[0].hs = s.hs
+	}
 	if s.cfg.NDJSONListen != "" {
 		nd, err := listen(s.cfg.NDJSONListen)
 		if err != nil {
@@ -123,6 +130,9 @@ func (s *Server) stopAccepting() {
 		close(s.quit)
 		for _, a := range s.acceptors {
 			a.ln.Close()
+		}
+		if s.hs != nil {
+			s.hs.abort()
 		}
 	})
 	s.accepting.Wait()
@@ -180,7 +190,11 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	ip := remoteIP(c.RemoteAddr())
 	over := s.limits.admit(ip, s.cfg.MaxConns, s.cfg.MaxConnsPerIP)
 	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), ip: ip, over: over}
-	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
+	if t, ok := c.Context().(*tlsState); ok { // a handshake worker's (tls.go)
+		w.tls = t
+		w.deadline = t.accepted.Add(s.cfg.HandshakeTimeout)
+	}
+	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's
 		if over { // no handshake to answer 503 on
 			s.limits.release(ip, s.cfg.MaxConnsPerIP)
 			l.counts.rejected[rejectLimit]++
@@ -191,6 +205,12 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	l.add(w)
 	c.SetContext(w)
+	if w.tls != nil {
+		// The client's upgrade request may have come with its Finished
+		// flight: the tls.Conn holds it already and no more traffic may
+		// come until it is answered.
+		s.input(w, nil, now)
+	}
 	return nil, gnet.None
 }
 
@@ -220,12 +240,15 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	if len(buf) == 0 {
 		return gnet.None // a Wake, or nothing new
 	}
-	if n := w.traffic(buf, now); n > 0 {
-		_, _ = c.Discard(n)
-	}
+	s.input(w, buf, now)
+	return gnet.None
+}
+
+// input handles the input gnet holds for w, buf, and ends the turn.
+func (s *Server) input(w *conn, buf []byte, now time.Time) {
+	w.input(buf, now)
 	w.l.endTurn()
 	w.l.flush()
-	return gnet.None
 }
 
 // OnClose implements gnet.EventHandler.

@@ -25,17 +25,19 @@ import (
 type rejectReason uint8
 
 const (
-	rejectBadRequest       rejectReason = iota // 400: not a valid upgrade request
-	rejectNotFound                             // 404: not the --ws-path
-	rejectHeaderTooLarge                       // 431: the request head is over --max-header-bytes
-	rejectUpgradeRequired                      // 426: an unsupported WebSocket version
-	rejectHandshakeTimeout                     // no complete upgrade within --handshake-timeout
-	rejectHandshakeAborted                     // the peer left before completing the upgrade
-	rejectOrigin                               // 403: a browser Origin not allowed (CONTRACT.md section 11.2)
-	rejectLimit                                // 503: --max-conns or --max-conns-per-ip reached (CONTRACT.md section 11.1)
-	rejectUnauthorized                         // 401: no token or an invalid one (CONTRACT.md section 11.3)
-	rejectDraining                             // the server is shutting down
-	rejectAcceptPaused                         // the acceptor paused for want of descriptors or memory (accept.go)
+	rejectBadRequest        rejectReason = iota // 400: not a valid upgrade request
+	rejectNotFound                              // 404: not the --ws-path
+	rejectHeaderTooLarge                        // 431: the request head is over --max-header-bytes
+	rejectUpgradeRequired                       // 426: an unsupported WebSocket version
+	rejectHandshakeTimeout                      // no complete upgrade within --handshake-timeout
+	rejectHandshakeAborted                      // the peer left before completing the upgrade
+	rejectOrigin                                // 403: a browser Origin not allowed (CONTRACT.md section 11.2)
+	rejectLimit                                 // 503: --max-conns or --max-conns-per-ip reached (CONTRACT.md section 11.1)
+	rejectUnauthorized                          // 401: no token or an invalid one (CONTRACT.md section 11.3)
+	rejectDraining                              // the server is shutting down
+	rejectAcceptPaused                          // the acceptor paused for want of descriptors or memory (accept.go)
+	rejectTLSHandshake                          // the TLS handshake failed (tls.go); its timeouts count as handshake_timeout
+	rejectHandshakePoolFull                     // every TLS handshake worker was busy (--handshake-pool)
 	numRejectReasons
 )
 
@@ -45,17 +47,19 @@ var rejectReasons = [numRejectReasons]struct {
 	label  string
 	status int
 }{
-	rejectBadRequest:       {"bad_request", 400},
-	rejectNotFound:         {"not_found", 404},
-	rejectHeaderTooLarge:   {"header_too_large", 431},
-	rejectUpgradeRequired:  {"upgrade_required", 426},
-	rejectHandshakeTimeout: {"handshake_timeout", 0},
-	rejectHandshakeAborted: {"handshake_aborted", 0},
-	rejectOrigin:           {"origin", 403},
-	rejectLimit:            {"limit", 503},
-	rejectUnauthorized:     {"unauthorized", 401},
-	rejectDraining:         {"draining", 0},
-	rejectAcceptPaused:     {"accept_paused", 0},
+	rejectBadRequest:        {"bad_request", 400},
+	rejectNotFound:          {"not_found", 404},
+	rejectHeaderTooLarge:    {"header_too_large", 431},
+	rejectUpgradeRequired:   {"upgrade_required", 426},
+	rejectHandshakeTimeout:  {"handshake_timeout", 0},
+	rejectHandshakeAborted:  {"handshake_aborted", 0},
+	rejectOrigin:            {"origin", 403},
+	rejectLimit:             {"limit", 503},
+	rejectUnauthorized:      {"unauthorized", 401},
+	rejectDraining:          {"draining", 0},
+	rejectAcceptPaused:      {"accept_paused", 0},
+	rejectTLSHandshake:      {"tls_handshake", 0},
+	rejectHandshakePoolFull: {"handshake_pool_full", 0},
 }
 
 // rejectFor returns the reason answered with an HTTP status.
@@ -226,7 +230,9 @@ wait:
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()
 	}
-	st.Rejected[rejectAcceptPaused] = s.acceptPauses.Load()
+	for i := range st.Rejected {
+		st.Rejected[i] = s.offLoop[i].Load()
+	}
 	if s.rpc != nil {
 		st.RPC = *s.rpc.NewCounters()
 	}

@@ -17,7 +17,11 @@ var goldenDir = filepath.Join("..", "..", "shared", "seed-fixtures", "goldens")
 // requests need a backend that implements apply (idempotency keys, dry-run
 // validation), which the memory backend does not.
 func TestGoldens(t *testing.T) {
-	gw := startGateway(t) // stateless requests: one gateway, one connection per file
+	runGoldens(t, startGateway(t)) // stateless requests: one gateway, one connection per file
+}
+
+// runGoldens runs the golden transcripts on gw, one connection per file.
+func runGoldens(t *testing.T, gw *gateway) {
 	tests := []struct {
 		name string
 		file string

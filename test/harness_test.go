@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -51,6 +52,9 @@ type gwConfig struct {
 	loop     loop.Config
 	rpc      rpc.Config
 	maxTasks int // global backend task cap
+	// clientTLS, when set, makes dialTCP speak TLS to the gateway
+	// (loop.TLS set by withTLS).
+	clientTLS *tls.Config
 }
 
 // gateway is one in-process edge gateway with the memory backend.
@@ -62,6 +66,8 @@ type gateway struct {
 	pool *backend.Pool
 	addr string
 	logs *testgw.Buffer
+	// clientTLS is gwConfig.clientTLS: dialTCP connects over TLS with it.
+	clientTLS *tls.Config
 }
 
 // startGateway starts a gateway on 127.0.0.1:0 with the memory backend and
@@ -82,7 +88,7 @@ func startGateway(t *testing.T, opts ...func(*gwConfig)) *gateway {
 		o(&cfg)
 	}
 	g := testgw.Start(t, testgw.Config{Loop: cfg.loop, RPC: cfg.rpc, Mem: mem, MaxTasks: cfg.maxTasks})
-	return &gateway{t: t, srv: g.Srv, rpc: g.RPC, mem: mem, pool: g.Pool, addr: g.Srv.Addr().String(), logs: g.Logs}
+	return &gateway{t: t, srv: g.Srv, rpc: g.RPC, mem: mem, pool: g.Pool, addr: g.Srv.Addr().String(), logs: g.Logs, clientTLS: cfg.clientTLS}
 }
 
 // watchdog fails the whole run if t outlives watchdogTimeout (testgw.Watchdog).
@@ -135,7 +141,8 @@ type client struct {
 	seq  int // for generated request ids
 }
 
-// dialTCP opens a bare TCP connection to the gateway, closed in t.Cleanup.
+// dialTCP opens a bare TCP connection to the gateway, closed in t.Cleanup:
+// a TLS connection, its handshake done, when the gateway serves wss://.
 func dialTCP(t *testing.T, gw *gateway) net.Conn {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", gw.addr, readTimeout)
@@ -143,7 +150,16 @@ func dialTCP(t *testing.T, gw *gateway) net.Conn {
 		t.Fatalf("dial %s: %v", gw.addr, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn
+	if gw.clientTLS == nil {
+		return conn
+	}
+	tc := tls.Client(conn, gw.clientTLS)
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		t.Fatalf("TLS handshake with %s: %v", gw.addr, err)
+	}
+	return tc
 }
 
 // upgradeRequest returns an HTTP upgrade request for path with key and the
