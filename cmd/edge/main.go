@@ -58,11 +58,17 @@ type options struct {
 	maxBatch int
 
 	authTokens string         // --auth-tokens
-	verifiers  auth.Chain     // loaded by prepare, reloaded on SIGHUP
+	verifiers  auth.Chain     // loaded by prepare
 	jwt        auth.JWTConfig // --jwt-*
 	upstreams  []upstream.Spec
 	routes     []upstream.Route
 	upstream   upstream.Config
+
+	tlsCert string // --tls-cert
+	tlsKey  string // --tls-key
+	// reloaders are what SIGHUP reloads: the verifiers and the
+	// certificate. Loaded by prepare.
+	reloaders []interface{ Reload() error }
 
 	configFile  string // --config: the TOML file read under the environment
 	adminListen string
@@ -141,6 +147,9 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.jwt.Issuer, "jwt-issuer", "", "the iss a JWT must carry (unchecked when empty)")
 	fs.BoolVar(&o.jwt.AllowNoExp, "jwt-allow-no-exp", false, "accept JWTs without exp (identities that never expire)")
 	fs.StringVar(&c.AuthQueryParam, "auth-query-param", "", "also take the bearer token from this query parameter (browsers cannot set headers on a WebSocket); never logged")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain `FILE`: with --tls-key, the WebSocket listener serves wss:// (TLS 1.2 and later, Go's crypto/tls); SIGHUP reloads it")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
+	fs.IntVar(&c.HandshakePool, "handshake-pool", loop.DefaultHandshakePool(), "TLS handshakes run at once, off the event loops; a connection accepted while all are busy is closed, not queued")
 	fs.IntVar(&c.MaxConns, "max-conns", loop.DefaultMaxConns(), "connections open at once; an upgrade beyond it gets 503 with Retry-After: 1 (default: the open-file limit minus 128)")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "connections open at once from one client address; beyond it 503 (0: no limit)")
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
@@ -237,6 +246,12 @@ func (o *options) check() []error {
 	if o.workerIdle <= 0 {
 		errs = append(errs, fmt.Errorf("worker-idle %s must be positive", o.workerIdle))
 	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		errs = append(errs, errors.New("tls-cert and tls-key go together: give both or neither"))
+	}
+	if o.tlsCert != "" && o.stdio {
+		errs = append(errs, errors.New("tls-cert: --stdio has no listener to serve wss:// on"))
+	}
 	errs = append(errs, o.checkAdmin()...)
 	return errs
 }
@@ -299,10 +314,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	if len(o.verifiers) > 0 {
+	if len(o.reloaders) > 0 {
 		hupCtx, stopHUP := context.WithCancel(ctx)
 		defer stopHUP()
-		reloadOnHUP(hupCtx, o.verifiers, logger)
+		reloadOnHUP(hupCtx, o.reloaders, logger)
 	}
 	cancelReply, _ := rpc.ParseCancelReply(o.cancelReply)
 	pool := backend.NewPool(o.maxTasks, o.workerIdle)
@@ -367,7 +382,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	ready.set(stageServing)
 	addr := gw.Addr().String()
-	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", backends(ups)}
+	scheme := "ws://"
+	if o.loop.TLS != nil {
+		scheme = "wss://"
+	}
+	attrs := []any{"addr", addr, "url", scheme + addr + o.loop.WSPath, "backend", backends(ups)}
 	if nd := gw.NDJSONAddr(); nd != nil {
 		attrs = append(attrs, "ndjson", nd.String())
 	}
@@ -421,6 +440,9 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 	if err := loadAuth(o); err != nil {
 		return nil, nil, err
 	}
+	if err := loadTLS(o); err != nil {
+		return nil, nil, err
+	}
 	return reg, ups, nil
 }
 
@@ -446,14 +468,15 @@ func loadAuth(o *options) error {
 	}
 	if len(chain) > 0 {
 		o.loop.Auth, o.verifiers = chain, chain
+		o.reloaders = append(o.reloaders, chain)
 	}
 	return nil
 }
 
-// reloadOnHUP reloads the verifiers on SIGHUP until ctx ends: open
-// connections keep their identity; a file that fails to load keeps the
-// previous keys and is logged.
-func reloadOnHUP(ctx context.Context, chain auth.Chain, logger *slog.Logger) {
+// reloadOnHUP reloads the verifiers and the certificate on SIGHUP until ctx
+// ends: open connections keep their identity and their TLS session; a file
+// that fails to load keeps the previous keys or certificate and is logged.
+func reloadOnHUP(ctx context.Context, rs []interface{ Reload() error }, logger *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -463,10 +486,16 @@ func reloadOnHUP(ctx context.Context, chain auth.Chain, logger *slog.Logger) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := chain.Reload(); err != nil {
+				var errs []error
+				for _, r := range rs {
+					if err := r.Reload(); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				if err := errors.Join(errs...); err != nil {
 					logger.Warn("reload on SIGHUP: kept the previous keys", "err", err)
 				} else {
-					logger.Info("reloaded the token files and keys on SIGHUP")
+					logger.Info("reloaded the token files, keys and certificate on SIGHUP")
 				}
 			}
 		}
