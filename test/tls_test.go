@@ -16,14 +16,14 @@ import (
 	"time"
 
 	"github.com/openengine/edge/internal/poll"
-	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/internal/testcert"
 	"github.com/openengine/edge/loop"
 )
 
 // withTLS serves wss:// with a certificate made for the test; the harness's
 // clients dial over TLS trusting it.
 func withTLS(t *testing.T) func(*gwConfig) {
-	cert := testgw.NewCert(t, "edge-test")
+	cert := testcert.New(t, "edge-test")
 	return func(c *gwConfig) {
 		c.loop.TLS = cert.ServerConfig()
 		c.clientTLS = cert.ClientConfig()
@@ -49,7 +49,7 @@ func TestWSSGoldens(t *testing.T) {
 // TestWSSRefusesTLS11: a client that offers at most TLS 1.1 gets no
 // session, and the refusal is counted.
 func TestWSSRefusesTLS11(t *testing.T) {
-	cert := testgw.NewCert(t, "edge-test")
+	cert := testcert.New(t, "edge-test")
 	gw := startGateway(t, func(c *gwConfig) { c.loop.TLS = cert.ServerConfig() })
 	conn := dialTCP(t, gw)
 	cfg := cert.ClientConfig()
@@ -105,7 +105,7 @@ func (h *holdConn) flush() error {
 // the tls.Conn; the loop serves it when the connection opens, since nothing
 // else will arrive until it is answered.
 func TestWSSUpgradeWithFinished(t *testing.T) {
-	cert := testgw.NewCert(t, "edge-test")
+	cert := testcert.New(t, "edge-test")
 	gw := startGateway(t, func(c *gwConfig) { c.loop.TLS = cert.ServerConfig() })
 	raw, err := net.DialTimeout("tcp", gw.addr, readTimeout)
 	if err != nil {

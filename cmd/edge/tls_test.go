@@ -16,11 +16,11 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/openengine/edge/internal/poll"
-	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/internal/testcert"
 )
 
 // writeCert writes c's PEM files to cert and key.
-func writeCert(t *testing.T, c *testgw.Cert, cert, key string) {
+func writeCert(t *testing.T, c *testcert.Cert, cert, key string) {
 	t.Helper()
 	if err := os.WriteFile(cert, c.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func echoOn(t *testing.T, conn io.ReadWriter, n string) {
 func TestTLSCertReloadOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	first, second := testgw.NewCert(t, "first"), testgw.NewCert(t, "second")
+	first, second := testcert.New(t, "first"), testcert.New(t, "second")
 	writeCert(t, first, certFile, keyFile)
 	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--tls-cert", certFile, "--tls-key", keyFile)
 	if !strings.Contains(e.stderr.String(), "url=wss://") {
@@ -113,7 +113,7 @@ func TestTLSCertReloadOnSIGHUP(t *testing.T) {
 func TestTLSFlagsRefused(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
-	writeCert(t, testgw.NewCert(t, "x"), cert, key)
+	writeCert(t, testcert.New(t, "x"), cert, key)
 	for _, tt := range []struct {
 		args []string
 		want string

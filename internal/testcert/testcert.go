@@ -1,4 +1,5 @@
-package testgw
+// Package testcert makes TLS certificates for tests.
+package testcert
 
 import (
 	"crypto/ecdsa"
@@ -23,9 +24,9 @@ type Cert struct {
 	Pool            *x509.CertPool
 }
 
-// NewCert makes a self-signed ECDSA P-256 certificate whose subject is cn,
+// New makes a self-signed ECDSA P-256 certificate whose subject is cn,
 // valid for an hour, for 127.0.0.1, ::1 and localhost.
-func NewCert(t testing.TB, cn string) *Cert {
+func New(t testing.TB, cn string) *Cert {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
