@@ -144,9 +144,14 @@ type tlsState struct {
 	eof bool
 }
 
-// plainChunk is the free space tlsInput leaves in the plaintext buffer
-// before each tls.Conn.Read: a full record's worth.
-const plainChunk = 16 << 10
+// tlsInput reads plaintext into a spare buffer of the loop and grows it
+// only when less than minPlainRead bytes are free (tls.Conn.Read returns
+// what fits and keeps the rest of a record), by at least plainChunk, a
+// full record's worth: small messages then take no allocation per read.
+const (
+	minPlainRead = 256
+	plainChunk   = 16 << 10
+)
 
 // tlsInput decrypts the ciphertext in buf (all of it is consumed: a partial
 // record stays in the tls.Conn) and hands the plaintext to the WebSocket
@@ -158,10 +163,10 @@ func (w *conn) tlsInput(buf []byte, now time.Time) bool {
 	t.sock.src = buf
 	in := t.in
 	for !t.eof {
-		if cap(in)-len(in) < plainChunk {
-			if in == nil {
-				in = w.l.getBuf()
-			}
+		if in == nil {
+			in = w.l.getBuf()
+		}
+		if cap(in)-len(in) < minPlainRead {
 			grown := make([]byte, len(in), max(2*cap(in), len(in)+plainChunk))
 			copy(grown, in)
 			w.l.putBuf(in)
