@@ -36,6 +36,7 @@ const (
 	rejectUnauthorized                         // 401: no token or an invalid one (CONTRACT.md section 11.3)
 	rejectDraining                             // the server is shutting down
 	rejectAcceptPaused                         // the acceptor paused for want of descriptors or memory (accept.go)
+	rejectProxyHeader                          // --proxy-protocol: no valid PROXY header first (CONTRACT.md section 11.5)
 	numRejectReasons
 )
 
@@ -56,6 +57,7 @@ var rejectReasons = [numRejectReasons]struct {
 	rejectUnauthorized:     {"unauthorized", 401},
 	rejectDraining:         {"draining", 0},
 	rejectAcceptPaused:     {"accept_paused", 0},
+	rejectProxyHeader:      {"proxy_header", 0},
 }
 
 // rejectFor returns the reason answered with an HTTP status.
