@@ -1,12 +1,18 @@
 package test
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/openengine/edge/auth"
 )
@@ -157,4 +163,30 @@ func TestRateLimit(t *testing.T) {
 	if reason := c.expectClose(1008); reason != "rate limit exceeded" {
 		t.Fatalf("close reason %q", reason)
 	}
+}
+
+// TestLeewayAppliesToConnection: a JWT whose exp passed less than
+// --jwt-leeway ago is accepted at the upgrade, and its connection is then
+// served, not closed 4401 by its first frame: the identity expires at exp
+// plus the leeway, which edge/whoami reports.
+func TestLeewayAppliesToConnection(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := jwtVerifier(t, map[string][]byte{"ed.pem": pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})})
+	gw := startGateway(t, func(c *gwConfig) { c.loop.Auth = v })
+	exp := time.Now().Add(-2 * time.Second).Truncate(time.Second)
+	tok := token(t, jwt.SigningMethodEdDSA, priv, "", func(c jwt.MapClaims) { c["exp"] = exp.Unix() })
+	c := dial(t, gw, "Authorization: Bearer "+tok)
+	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"edge/whoami","params":{}}`)
+	want := `"expiresAt":"` + exp.Add(auth.DefaultLeeway).UTC().Format(time.RFC3339) + `"`
+	if got := c.readText(); !strings.Contains(got, want) {
+		t.Fatalf("edge/whoami %s, want %s", got, want)
+	}
+	c.echo()
 }
