@@ -1,7 +1,9 @@
 package loop
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/gobwas/ws"
 
@@ -158,6 +160,10 @@ func (w *conn) handshake(buf []byte) int {
 // one, and closes.
 func (w *conn) reject(r rejectReason) {
 	w.l.counts.rejected[r]++
+	if lg := w.cfg().Logger; lg.Enabled(context.Background(), slog.LevelDebug) {
+		// The client's address (section 11.5), never the request.
+		lg.Debug("connection refused", "remote", w.remote.String(), "reason", rejectReasons[r].label)
+	}
 	if status := rejectReasons[r].status; status != 0 {
 		w.out = codec.AppendHTTPError(w.l.getBuf(), status)
 	}
