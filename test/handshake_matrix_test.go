@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -188,7 +189,8 @@ func TestHandshakeMatrix(t *testing.T) {
 	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." +
 		base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"mallory","aud":"edge","iss":"https://issuer.example","exp":9999999999}`)) + "."
 	ap := netip.MustParseAddrPort
-	var first net.Conn // the connection that fills --max-conns
+	var first net.Conn            // the connection that fills --max-conns
+	var viaXFF, viaPROXY net.Conn // the ones counted for 192.0.2.7
 
 	rows := []matrixRow{
 		// 11.2 Origin.
@@ -230,7 +232,7 @@ func TestHandshakeMatrix(t *testing.T) {
 		// 11.5 Client address: X-Forwarded-For from a trusted proxy
 		// (127.0.0.1) is the client, counted per address; from another
 		// peer (127.0.0.2) it is ignored.
-		{name: "XFF from a trusted proxy", gw: xff, header: []string{"X-Forwarded-For: 6.6.6.6, 192.0.2.7, 10.1.2.3"}, status: 101, remote: "192.0.2.7:0"},
+		{name: "XFF from a trusted proxy", gw: xff, header: []string{"X-Forwarded-For: 6.6.6.6, 192.0.2.7, 10.1.2.3"}, status: 101, remote: "192.0.2.7:0", conn: &viaXFF},
 		{name: "XFF: the same client again, over per-ip", gw: xff, header: []string{"X-Forwarded-For: 192.0.2.7"}, status: 503, want: unavailable},
 		{name: "XFF: another client through the same proxy", gw: xff, header: []string{"X-Forwarded-For: 192.0.2.8"}, status: 101, remote: "192.0.2.8:0"},
 		{name: "XFF: malformed hop, the proxy is the client", gw: xff, header: []string{"X-Forwarded-For: 192.0.2.9, unknown"}, status: 101, remote: "peer"},
@@ -238,7 +240,7 @@ func TestHandshakeMatrix(t *testing.T) {
 		{name: "XFF from an untrusted peer: counted by the peer", gw: xff, from: "127.0.0.2", header: []string{"X-Forwarded-For: 192.0.2.11"}, status: 503, want: unavailable},
 
 		// 11.5 PROXY protocol.
-		{name: "PROXY v1", gw: pp, prefix: proxyV1(ap("192.0.2.7:51000")), status: 101, remote: "192.0.2.7:51000"},
+		{name: "PROXY v1", gw: pp, prefix: proxyV1(ap("192.0.2.7:51000")), status: 101, remote: "192.0.2.7:51000", conn: &viaPROXY},
 		{name: "PROXY v2", gw: pp, prefix: proxyV2(1, ap("198.51.100.9:4242")), status: 101, remote: "198.51.100.9:4242"},
 		{name: "PROXY v2 LOCAL: the peer", gw: pp, prefix: proxyV2(0, ap("198.51.100.10:1")), status: 101, remote: "peer"},
 		{name: "PROXY: per-ip by the header's address", gw: pp, from: "127.0.0.2", prefix: proxyV1(ap("192.0.2.7:51001")), status: 503, want: unavailable},
@@ -254,6 +256,24 @@ func TestHandshakeMatrix(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 101, resp.Status
 	})
+
+	// The close releases the address that was counted: the forwarded one,
+	// the PROXY header's.
+	viaXFF.Close()
+	viaPROXY.Close()
+	for _, again := range []struct {
+		gw     *gateway
+		prefix []byte
+		header []string
+	}{
+		{xff, nil, []string{"X-Forwarded-For: 192.0.2.7"}},
+		{pp, proxyV1(ap("192.0.2.7:51002")), nil},
+	} {
+		poll.Until(t, pollTimeout, "192.0.2.7 served again once its connection left", func() (bool, string) {
+			status, err := tryUpgrade(again.gw, again.prefix, again.header)
+			return status == 101, fmt.Sprint(status, err)
+		})
+	}
 
 	// A connection without a PROXY header is closed without an answer.
 	conn := dialFrom(t, pp, "", nil)
@@ -273,6 +293,27 @@ func TestHandshakeMatrix(t *testing.T) {
 		}
 		return false, "no proxy_header reason"
 	})
+}
+
+// tryUpgrade sends an upgrade to gw from 127.0.0.1, after prefix, with
+// the extra header lines, and returns the answer's status; the connection
+// is closed.
+func tryUpgrade(gw *gateway, prefix []byte, header []string) (int, error) {
+	conn, err := net.DialTimeout("tcp", gw.addr, readTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(readTimeout))
+	req := string(prefix) + upgradeRequest(gw.addr, "/", "ZWRnZS1lMmUta2V5LTE2Yg==", header...)
+	if _, err := io.WriteString(conn, req); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodGet})
+	if err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
 }
 
 // dialFrom opens a TCP connection to gw from the local address from
