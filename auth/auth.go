@@ -14,7 +14,9 @@ type Identity struct {
 	// Subject is the token's subject: a static token's SUBJECT, a JWT's
 	// "sub" claim.
 	Subject string
-	// Expires is when the identity ends (a JWT's "exp"); zero for never.
+	// Expires is when the identity ends (a JWT's "exp" plus the --jwt-leeway,
+	// so that the leeway applies to the whole connection, as it did at the
+	// upgrade); zero for never.
 	Expires time.Time
 }
 

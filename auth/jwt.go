@@ -38,6 +38,7 @@ type JWTConfig struct {
 type jwtVerifier struct {
 	keys   []key
 	parser *jwt.Parser
+	leeway time.Duration // >= 0: added to "exp" for Identity.Expires
 }
 
 // NewJWT loads cfg's key files and returns a Verifier of JWTs signed by
@@ -85,12 +86,16 @@ func NewJWT(cfg JWTConfig) (Verifier, error) {
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
-	return &jwtVerifier{keys: keys, parser: jwt.NewParser(opts...)}, nil
+	return &jwtVerifier{keys: keys, parser: jwt.NewParser(opts...), leeway: leeway}, nil
 }
 
 // Verify checks a JWT's signature and claims and returns its identity:
-// Subject is "sub" (may be empty), Expires is "exp" (zero without one).
-// Safe for concurrent use.
+// Subject is "sub" (may be empty), Expires is "exp" plus the leeway (zero
+// without "exp"). The leeway applies to the whole life of the connection,
+// not only to the upgrade: a token accepted at the door because its "exp"
+// is within the leeway must not be closed 4401 by its first frame, so the
+// identity ends where Verify would start refusing the token. Safe for
+// concurrent use.
 func (v *jwtVerifier) Verify(token string) (Identity, error) {
 	if token == "" {
 		return Identity{}, ErrMissing
@@ -102,7 +107,7 @@ func (v *jwtVerifier) Verify(token string) (Identity, error) {
 	}
 	id := Identity{Subject: claims.Subject}
 	if claims.ExpiresAt != nil {
-		id.Expires = claims.ExpiresAt.Time
+		id.Expires = claims.ExpiresAt.Time.Add(v.leeway)
 	}
 	return id, nil
 }

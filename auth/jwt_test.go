@@ -127,9 +127,9 @@ func TestJWTMatrix(t *testing.T) {
 		expires time.Time
 	}{
 		// Valid tokens, one per family.
-		{name: "valid HS256", v: all, token: valid, sub: "alice", expires: now.Add(time.Hour)},
+		{name: "valid HS256", v: all, token: valid, sub: "alice", expires: now.Add(time.Hour + DefaultLeeway)},
 		{name: "valid HS256 second secret", v: all, token: sign(t, jwt.SigningMethodHS256, secret2, "", claims(nil)), sub: "alice"},
-		{name: "valid RS256", v: all, token: sign(t, jwt.SigningMethodRS256, rsaKey, "", claims(nil)), sub: "alice", expires: now.Add(time.Hour)},
+		{name: "valid RS256", v: all, token: sign(t, jwt.SigningMethodRS256, rsaKey, "", claims(nil)), sub: "alice", expires: now.Add(time.Hour + DefaultLeeway)},
 		{name: "valid RS512", v: all, token: sign(t, jwt.SigningMethodRS512, rsaKey, "", claims(nil)), sub: "alice"},
 		{name: "valid PS256", v: all, token: sign(t, jwt.SigningMethodPS256, rsaKey, "", claims(nil)), sub: "alice"},
 		{name: "valid ES256", v: all, token: sign(t, jwt.SigningMethodES256, ecKey, "", claims(nil)), sub: "alice"},
@@ -140,7 +140,7 @@ func TestJWTMatrix(t *testing.T) {
 		// Time claims.
 		{name: "expired", v: all, token: hs(func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Minute).Unix() }), want: ErrExpired},
 		{name: "expired within leeway", v: all, token: hs(func(c jwt.MapClaims) { c["exp"] = now.Add(-10 * time.Second).Unix() }),
-			sub: "alice", expires: now.Add(-10 * time.Second)},
+			sub: "alice", expires: now.Add(-10*time.Second + DefaultLeeway)},
 		{name: "expired within default leeway, leeway off", v: noLeeway, token: hs(func(c jwt.MapClaims) { c["exp"] = now.Add(-10 * time.Second).Unix() }), want: ErrExpired},
 		{name: "exp exactly now", v: noLeeway, token: hs(func(c jwt.MapClaims) { c["exp"] = now.Unix() }), want: ErrExpired},
 		{name: "nbf in the future", v: all, token: hs(func(c jwt.MapClaims) { c["nbf"] = now.Add(5 * time.Minute).Unix() }), want: ErrNotYetValid},
@@ -243,6 +243,41 @@ func TestJWTDefaultLeeway(t *testing.T) {
 		_, err := v.Verify(tok)
 		if (err == nil) != tt.ok {
 			t.Fatalf("at exp%+v: err %v, want ok=%v", tt.at.Sub(now), err, tt.ok)
+		}
+	}
+}
+
+// TestJWTExpiresWithLeeway: Identity.Expires is "exp" plus the leeway, the
+// moment from which Verify refuses the token, so a token accepted at the
+// upgrade within its leeway is not closed 4401 by its first frame. For
+// each leeway, the token is accepted at exactly the instants before
+// Expires (the loop closes at now >= Expires).
+func TestJWTExpiresWithLeeway(t *testing.T) {
+	dir := t.TempDir()
+	secret := []byte("secret")
+	file := writeFile(t, dir, "k", secret)
+	tok := sign(t, jwt.SigningMethodHS256, secret, "", jwt.MapClaims{"sub": "s", "exp": now.Unix()})
+	for _, tt := range []struct {
+		leeway, want time.Duration // want: Expires - exp
+	}{{0, DefaultLeeway}, {5 * time.Second, 5 * time.Second}, {-1, 0}} {
+		at := now.Add(-time.Minute)
+		v, err := NewJWT(JWTConfig{KeyFiles: []string{file}, Alg: "HS256", Leeway: tt.leeway, Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := v.Verify(tok)
+		if err != nil {
+			t.Fatalf("leeway %v: %v", tt.leeway, err)
+		}
+		if got := id.Expires.Sub(now); got != tt.want {
+			t.Fatalf("leeway %v: Expires is exp%+v, want exp%+v", tt.leeway, got, tt.want)
+		}
+		for _, d := range []time.Duration{-time.Second, 0, time.Second} {
+			at = id.Expires.Add(d)
+			_, err := v.Verify(tok)
+			if accepted, alive := err == nil, at.Before(id.Expires); accepted != alive {
+				t.Fatalf("leeway %v, at Expires%+v: accepted %v but identity alive %v", tt.leeway, d, accepted, alive)
+			}
 		}
 	}
 }

@@ -33,6 +33,10 @@ type Request struct {
 	Authorization []byte
 	Extensions    []byte // Sec-WebSocket-Extensions (only ever declined)
 	Protocol      []byte // Sec-WebSocket-Protocol (none is offered)
+	// ForwardedFor is X-Forwarded-For; several such headers are joined
+	// with ", " in order (RFC 9110 section 5.3), the only case that
+	// allocates.
+	ForwardedFor []byte
 
 	// HasConnectionUpgrade: some Connection header lists the token "upgrade".
 	HasConnectionUpgrade bool
@@ -269,6 +273,14 @@ func (r *Request) parseHeaderLine(line []byte) bool {
 	case len("sec-websocket-protocol"):
 		if equalFold(name, "sec-websocket-protocol") && r.Protocol == nil {
 			r.Protocol = value
+		}
+	case len("x-forwarded-for"):
+		if equalFold(name, "x-forwarded-for") {
+			if r.ForwardedFor == nil {
+				r.ForwardedFor = value
+			} else {
+				r.ForwardedFor = append(append(append([]byte(nil), r.ForwardedFor...), ", "...), value...)
+			}
 		}
 	case len("sec-websocket-extensions"):
 		if equalFold(name, "sec-websocket-extensions") && r.Extensions == nil {

@@ -39,8 +39,8 @@ func (w *conn) Whoami() (subject string, ok bool, expires time.Time, remote stri
 	if w.who != nil {
 		subject, ok, expires = w.who.Subject, true, w.who.Expires
 	}
-	if a := w.c.RemoteAddr(); a != nil {
-		remote = a.String()
+	if w.remote.IsValid() {
+		remote = w.remote.String()
 	}
 	return subject, ok, expires, remote
 }

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime"
 	"strings"
 	"time"
@@ -49,6 +50,14 @@ type Config struct {
 	// RateCloseAfter is how many refusals in a row close the connection
 	// with 1008 "rate limit exceeded". [1000]
 	RateCloseAfter int
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// (the rightmost hop outside them): for --max-conns-per-ip, edge/whoami
+	// and logs (CONTRACT.md section 11.5). [none]
+	TrustedProxies []netip.Prefix
+	// ProxyProtocol makes the WebSocket listener require a PROXY protocol
+	// v1 or v2 header before the upgrade request, from a load balancer; the
+	// header gives the client's address (section 11.5). [false]
+	ProxyProtocol bool
 	// NDJSONInsecure lets NDJSONListen be an address other than loopback:
 	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
 	// section 11). [false]

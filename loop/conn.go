@@ -83,7 +83,20 @@ type conn struct {
 	proto proto      // immutable
 	state connState  // changed only by setState
 	index int        // position in l.conns, -1 when not registered
-	ip    netip.Addr // immutable: the client's address (connLimits)
+	// remote is the client's address (CONTRACT.md section 11.5): the
+	// peer's, or what a PROXY protocol header or a trusted proxy's
+	// X-Forwarded-For says. edge/whoami reports it.
+	remote netip.AddrPort
+	// ip is the address counted against --max-conns-per-ip, when
+	// ipCounted (limits.go).
+	ip        netip.Addr
+	ipCounted bool
+	// proxyPending: --proxy-protocol, and the PROXY header has not arrived
+	// yet; the first part of stateHandshake (proxy.go).
+	proxyPending bool
+	// viaProxy: the peer is a --trusted-proxy, so the client's address
+	// comes from X-Forwarded-For at the upgrade.
+	viaProxy bool
 	// who is the identity its token gave, when the listener authenticates;
 	// expires is its end in unix nanoseconds, 0 for none. Set by the
 	// upgrade.
@@ -93,7 +106,7 @@ type conn struct {
 	// gated: the connection has per-message checks (pass): an expiring
 	// identity or a rate limit. Set when it opens.
 	gated bool
-	over  bool // immutable: over a connection limit when it opened
+	over  bool // over a connection limit: set when it opens or its client address is counted
 
 	// tls is the connection's TLS layer on a wss:// listener, nil on a
 	// plain one (tls.go). Set when it opens.
@@ -553,7 +566,7 @@ func (w *conn) stalled(now time.Time) bool {
 // closed runs from OnClose: the session ends and every resource is released.
 func (w *conn) closed() {
 	w.countClose()
-	w.l.srv.limits.release(w.ip, w.cfg().MaxConnsPerIP)
+	w.releaseLimits()
 	if w.sess != nil {
 		w.sess.Close()
 	}

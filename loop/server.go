@@ -187,21 +187,40 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	now := time.Now()
-	ip := remoteIP(c.RemoteAddr())
-	over := s.limits.admit(ip, s.cfg.MaxConns, s.cfg.MaxConnsPerIP)
-	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), ip: ip, over: over}
-	if t, ok := c.Context().(*tlsState); ok { // a handshake worker's (tls.go)
+	over := s.limits.admit(s.cfg.MaxConns)
+	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), over: over}
+	peer := remoteAddr(c.RemoteAddr())
+	t, _ := c.Context().(*tlsState) // a handshake worker's (tls.go)
+	if t != nil {
 		w.tls = t
 		w.deadline = t.accepted.Add(s.cfg.HandshakeTimeout)
 	}
-	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's
-		if over { // no handshake to answer 503 on
-			s.limits.release(ip, s.cfg.MaxConnsPerIP)
+	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
+		w.countIP(peer)
+		if w.over { // no handshake to answer 503 on
+			w.releaseLimits()
 			l.counts.rejected[rejectLimit]++
 			return nil, gnet.Close
 		}
 		w.proto = protoNDJSON
 		w.open()
+	} else {
+		// The client's address (CONTRACT.md section 11.5): a PROXY header's
+		// (read first, proxy.go), X-Forwarded-For's from a trusted proxy
+		// (at the upgrade), or the peer's, counted now.
+		// On a TLS connection the handshake worker has read the PROXY
+		// header already, before the ClientHello.
+		w.remote = peer
+		switch {
+		case t != nil && t.proxied:
+			w.proxied(t.client)
+		case s.cfg.ProxyProtocol:
+			w.proxyPending = true
+		case s.cfg.trustedProxy(peer.Addr()):
+			w.viaProxy = true
+		default:
+			w.countIP(peer)
+		}
 	}
 	l.add(w)
 	c.SetContext(w)

@@ -38,6 +38,7 @@ const (
 	rejectAcceptPaused                          // the acceptor paused for want of descriptors or memory (accept.go)
 	rejectTLSHandshake                          // the TLS handshake failed (tls.go); its timeouts count as handshake_timeout
 	rejectHandshakePoolFull                     // every TLS handshake worker was busy (--handshake-pool)
+	rejectProxyHeader                           // --proxy-protocol: no valid PROXY header first (CONTRACT.md section 11.5)
 	numRejectReasons
 )
 
@@ -60,6 +61,7 @@ var rejectReasons = [numRejectReasons]struct {
 	rejectAcceptPaused:      {"accept_paused", 0},
 	rejectTLSHandshake:      {"tls_handshake", 0},
 	rejectHandshakePoolFull: {"handshake_pool_full", 0},
+	rejectProxyHeader:       {"proxy_header", 0},
 }
 
 // rejectFor returns the reason answered with an HTTP status.

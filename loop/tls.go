@@ -4,9 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/openengine/edge/codec"
 )
 
 // wss:// (CONTRACT.md section 11.6) with Go's crypto/tls, unmodified.
@@ -44,8 +47,9 @@ import (
 // connections that only exchange small messages keep small ones.
 //
 // PROXY protocol (--proxy-protocol, CONTRACT.md section 11.5): the header
-// comes before the ClientHello, so it is read in handshakeWorker.serve
-// before tls.Server, marked there.
+// comes before the ClientHello, so the handshake worker reads it
+// (handshakers.proxyHeader) and passes the client's address to the loop in
+// the tlsState; the loop reads no PROXY header on a TLS connection.
 
 // DefaultHandshakePool is the default of Config.HandshakePool: 4 workers
 // per processor, at least 16. A handshake mostly waits for the network (two
@@ -73,12 +77,18 @@ type tlsSock struct {
 	nc    *net.TCPConn // the socket during the handshake; nil in loop mode
 	laddr net.Addr     // immutable
 	raddr net.Addr     // immutable
+	pre   []byte       // handshake: bytes read with the PROXY header, read before the socket
 	src   []byte       // loop mode: ciphertext not yet read
 	out   []byte       // loop mode: ciphertext not yet written
 }
 
 func (s *tlsSock) Read(p []byte) (int, error) {
 	if s.nc != nil {
+		if len(s.pre) > 0 {
+			n := copy(p, s.pre)
+			s.pre = s.pre[n:]
+			return n, nil
+		}
 		return s.nc.Read(p)
 	}
 	if len(s.src) == 0 {
@@ -139,6 +149,10 @@ type tlsState struct {
 	// in is the plaintext decrypted and not yet used by the WebSocket
 	// code (a partial frame or upgrade request); nil when empty.
 	in []byte
+	// proxied is set when the handshake worker read a PROXY header
+	// (--proxy-protocol); client is its client's address then.
+	proxied bool
+	client  netip.AddrPort
 	// eof is set once tls.Conn.Read failed for good (close_notify, a bad
 	// record, an alert): the connection is being closed.
 	eof bool
@@ -303,9 +317,16 @@ func (h *handshakers) serve(c *net.TCPConn) {
 	defer h.untrack(c)
 	accepted := time.Now()
 	_ = c.SetDeadline(accepted.Add(s.cfg.HandshakeTimeout))
-	// PROXY protocol (CONTRACT.md section 11.5) goes here: its header
-	// precedes the ClientHello and is read from c under the same deadline.
 	sock := &tlsSock{nc: c, laddr: c.LocalAddr(), raddr: c.RemoteAddr()}
+	st := &tlsState{sock: sock, accepted: accepted}
+	if s.cfg.ProxyProtocol {
+		// The PROXY header (CONTRACT.md section 11.5) precedes the
+		// ClientHello: read under the same deadline; what follows it
+		// goes to the handshake.
+		if !h.proxyHeader(c, st) {
+			return
+		}
+	}
 	tc := tls.Server(sock, h.cfg)
 	if err := tc.Handshake(); err != nil {
 		_ = c.Close()
@@ -320,7 +341,8 @@ func (h *handshakers) serve(c *net.TCPConn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	sock.nc = nil // loop mode: the tls.Conn no longer touches c
-	if _, err := s.cli.EnrollContext(c, &tlsState{tc: tc, sock: sock, accepted: accepted}); err != nil {
+	st.tc = tc
+	if _, err := s.cli.EnrollContext(c, st); err != nil {
 		// EnrollContext has closed c (out of descriptors for the dup, or
 		// the loops are stopping).
 		s.offLoop[rejectTLSHandshake].Add(1)
@@ -328,4 +350,46 @@ func (h *handshakers) serve(c *net.TCPConn) {
 		return
 	}
 	s.accepted[protoWebSocket-1].Add(1)
+}
+
+// proxyHeader reads the PROXY header (--proxy-protocol) from c, before the
+// ClientHello, and records the client's address in st; the bytes read past
+// the header go to the handshake. Reports false, having closed c and
+// counted the refusal, when there is no valid header before the deadline.
+func (h *handshakers) proxyHeader(c *net.TCPConn, st *tlsState) bool {
+	s := h.srv
+	max := s.cfg.MaxHeaderBytes
+	buf := make([]byte, 0, 256)
+	for {
+		hd, n, err := codec.ParseProxyHeader(buf, max)
+		if err == nil {
+			st.sock.pre = buf[n:]
+			st.proxied, st.client = true, remoteAddr(c.RemoteAddr())
+			if !hd.Local {
+				st.client = hd.Source
+			}
+			return true
+		}
+		if !errors.Is(err, codec.ErrNeedMore) {
+			break
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, rerr := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if rerr != nil && m == 0 {
+			_ = c.Close()
+			var ne net.Error
+			if errors.As(rerr, &ne) && ne.Timeout() {
+				s.offLoop[rejectHandshakeTimeout].Add(1)
+			} else {
+				s.offLoop[rejectHandshakeAborted].Add(1)
+			}
+			return false
+		}
+	}
+	_ = c.Close()
+	s.offLoop[rejectProxyHeader].Add(1)
+	return false
 }

@@ -1,7 +1,9 @@
 package loop
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/gobwas/ws"
 
@@ -12,8 +14,14 @@ import (
 // Returns the bytes used. Runs on the loop.
 func (w *conn) frames(buf []byte) int {
 	off := 0
+	if w.proxyPending {
+		off = w.proxyHeader(buf)
+		if w.proxyPending || w.state != stateHandshake {
+			return off
+		}
+	}
 	if w.state == stateHandshake {
-		off = w.handshake(buf)
+		off += w.handshake(buf[off:])
 	}
 	for w.state == stateOpen && !w.paused && off < len(buf) {
 		ev, n, err := w.rd.Next(buf[off:])
@@ -120,6 +128,9 @@ func (w *conn) handshake(buf []byte) int {
 		w.reject(rejectFor(status))
 		return len(buf)
 	}
+	if w.viaProxy {
+		w.forwarded(&req)
+	}
 	if w.overLimit() {
 		w.reject(rejectLimit)
 		return len(buf)
@@ -145,10 +156,17 @@ func (w *conn) handshake(buf []byte) int {
 	return n
 }
 
-// reject answers a failed upgrade with its HTTP error and closes.
+// reject answers a failed upgrade with its HTTP error, if the reason has
+// one, and closes.
 func (w *conn) reject(r rejectReason) {
 	w.l.counts.rejected[r]++
-	w.out = codec.AppendHTTPError(w.l.getBuf(), rejectReasons[r].status)
+	if lg := w.cfg().Logger; lg.Enabled(context.Background(), slog.LevelDebug) {
+		// The client's address (section 11.5), never the request.
+		lg.Debug("connection refused", "remote", w.remote.String(), "reason", rejectReasons[r].label)
+	}
+	if status := rejectReasons[r].status; status != 0 {
+		w.out = codec.AppendHTTPError(w.l.getBuf(), status)
+	}
 	w.setState(stateClosing)
 	w.hangup = true
 	w.l.markDirty(w)

@@ -11,8 +11,9 @@
 //	edge_connections_accepted_total{transport}       counter    accepted
 //	edge_connections_rejected_total{reason}          counter    refused before JSON-RPC: bad_request, not_found,
 //	                                                            header_too_large, upgrade_required, handshake_timeout,
-//	                                                            handshake_aborted, draining, accept_paused,
-//	                                                            tls_handshake, handshake_pool_full
+//	                                                            handshake_aborted, origin, limit, unauthorized,
+//	                                                            draining, accept_paused, tls_handshake,
+//	                                                            handshake_pool_full, proxy_header
 //	edge_connections_closed_total{code}              counter    ended, by close code: 1000 1001 1002 1003 1006 1007
 //	                                                            1008 1009 4401 other
 //	edge_connections_paused                          gauge      reads paused for backpressure

@@ -3,11 +3,13 @@ package test
 import (
 	"bufio"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
@@ -359,4 +361,91 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// TestWSSProxyProtocol: behind a balancer that passes TLS through, the
+// PROXY header comes before the ClientHello: the handshake worker reads it
+// (split over many writes), the handshake and the upgrade follow, and
+// edge/whoami reports the header's client; the per-address limit counts
+// that client. A TLS connection without the header is closed unanswered
+// and counted as proxy_header.
+func TestWSSProxyProtocol(t *testing.T) {
+	cert := testcert.New(t, "edge-test")
+	gw := startGateway(t, func(c *gwConfig) {
+		c.loop.TLS = cert.ServerConfig()
+		c.loop.ProxyProtocol, c.loop.MaxConnsPerIP = true, 1
+	})
+	dial := func(src string) (*tls.Conn, error) {
+		raw, err := net.DialTimeout("tcp", gw.addr, readTimeout)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { raw.Close() })
+		raw.SetDeadline(time.Now().Add(readTimeout))
+		hdr := proxyV1(netip.MustParseAddrPort(src))
+		for i := range hdr {
+			if _, err := raw.Write(hdr[i : i+1]); err != nil {
+				return nil, err
+			}
+		}
+		tc := tls.Client(raw, cert.ClientConfig())
+		return tc, tc.Handshake()
+	}
+	upgrade := func(tc *tls.Conn) (*bufio.Reader, int) {
+		if _, err := io.WriteString(tc, upgradeRequest(gw.addr, "/", "ZWRnZS1lMmUta2V5LTE2Yg==")); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(tc)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+		if err != nil {
+			t.Fatalf("upgrade: %v", err)
+		}
+		return br, resp.StatusCode
+	}
+	tc, err := dial("192.0.2.7:51000")
+	if err != nil {
+		t.Fatalf("handshake after a PROXY header: %v", err)
+	}
+	br, status := upgrade(tc)
+	if status != 101 {
+		t.Fatalf("status %d, want 101", status)
+	}
+	c := &client{t: t, conn: tc, br: br}
+	c.sendText(`{"jsonrpc":"2.0","id":1,"method":"edge/whoami","params":{}}`)
+	got := parseResponse(t, c.readText())
+	var who struct {
+		Remote string `json:"remote"`
+	}
+	if err := json.Unmarshal(got.Result, &who); err != nil || who.Remote != "192.0.2.7:51000" {
+		t.Fatalf("whoami %s (%v), want remote 192.0.2.7:51000", got.Result, err)
+	}
+	// The same client through the balancer again: over --max-conns-per-ip.
+	tc2, err := dial("192.0.2.7:51001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, status := upgrade(tc2); status != 503 {
+		t.Fatalf("second connection of 192.0.2.7: status %d, want 503", status)
+	}
+
+	// No PROXY header: a ClientHello first is not one.
+	raw, err := net.DialTimeout("tcp", gw.addr, readTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	bare := tls.Client(raw, cert.ClientConfig())
+	bare.SetDeadline(time.Now().Add(readTimeout))
+	if err := bare.Handshake(); err == nil {
+		t.Fatal("a TLS handshake without a PROXY header succeeded")
+	}
+	poll.Until(t, pollTimeout, "rejected{reason=proxy_header} counted", func() (bool, string) {
+		st := gw.srv.Stats(readTimeout)
+		for i := range loop.NumRejectReasons {
+			if loop.RejectReasonLabel(i) == "proxy_header" {
+				return st.Rejected[i] == 1, fmt.Sprintf("proxy_header %d", st.Rejected[i])
+			}
+		}
+		return false, "no proxy_header reason"
+	})
 }

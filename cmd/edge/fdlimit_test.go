@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -52,56 +55,12 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	watchdog(t)
-	bin := buildEdge(t)
-	stderr := &testgw.Buffer{}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--loops", "1")
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("edge stderr:\n%s", stderr.String())
-		}
-	})
+	e := startChild(t, exec.Command(buildEdge(t), "--listen", "127.0.0.1:0", "--loops", "1"))
+	pid, exited, stderr, waitFor, addr, url := e.pid, e.exited, e.stderr, e.waitFor, e.addr, e.url
 	// Lowering a limit of one's own child needs no privilege.
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: fdLimit, Max: fdLimit}, nil); err != nil {
 		t.Fatalf("prlimit: %v", err)
 	}
-
-	// waitFor polls until cond holds, failing at once if edge exits, or once
-	// exitTimeout passes.
-	waitFor := func(what string, cond func() (bool, string)) {
-		t.Helper()
-		poll.Until(t, exitTimeout, what, func() (bool, string) {
-			select {
-			case err := <-exited:
-				exited <- err
-				t.Fatalf("edge exited (%v) while waiting for %s", err, what)
-			default:
-			}
-			return cond()
-		})
-	}
-	listening := regexp.MustCompile(`msg=listening addr=(\S+)`)
-	var addr string
-	waitFor("the listening log line", func() (bool, string) {
-		m := listening.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil, "not logged"
-	})
-	url := "ws://" + addr + "/"
 
 	ws := fdDial(t, url)
 	defer ws.Close()
@@ -135,18 +94,7 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 	for i := range 3 {
 		fdEcho(t, ws, "at-limit-"+strconv.Itoa(i))
 	}
-	cpu0, start := cpuTicks(t, pid), time.Now()
-	select {
-	case err := <-exited:
-		exited <- err
-		t.Fatalf("edge exited at the descriptor limit: %v", err)
-	case <-time.After(cpuWindow):
-	}
-	share := float64(cpuTicks(t, pid)-cpu0) / clockTicks / time.Since(start).Seconds()
-	t.Logf("edge CPU at the descriptor limit: %.1f%% of one core over %s", 100*share, cpuWindow)
-	if share > maxCPUShare {
-		t.Errorf("edge used %.0f%% of a core while it could not accept, want under %.0f%% (spinning on EMFILE?)", 100*share, 100*maxCPUShare)
-	}
+	e.checkNoSpin()
 	if n := openFDs(t, pid); n < fdLimit-1 {
 		t.Fatalf("edge left its descriptor limit during the measurement: %d open", n)
 	}
@@ -180,17 +128,102 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 	if n := strings.Count(stderr.String(), fdWarning); n < 1 || n > 3 {
 		t.Errorf("edge logged %q %d times, want once per burst (1 to 3)", fdWarning, n)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	e.stop()
+}
+
+// child is an edge process started by startChild.
+type child struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	pid    int
+	exited chan error // receives cmd.Wait's result; put back by whoever takes it
+	stderr *testgw.Buffer
+	addr   string // the WebSocket listener's address, from the log
+	url    string // ws://addr/
+}
+
+// startChild starts cmd (edge, or a shell that execs it), kills it in
+// t.Cleanup if it is still running, and waits for its listening log line.
+func startChild(t *testing.T, cmd *exec.Cmd) *child {
+	t.Helper()
+	e := &child{t: t, cmd: cmd, exited: make(chan error, 1), stderr: &testgw.Buffer{}}
+	cmd.Stderr = e.stderr
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	e.pid = cmd.Process.Pid
+	go func() { e.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-e.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-e.exited
+		}
+		if t.Failed() {
+			t.Logf("edge stderr:\n%s", e.stderr.String())
+		}
+	})
+	listening := regexp.MustCompile(`msg=listening addr=(\S+)`)
+	e.waitFor("the listening log line", func() (bool, string) {
+		m := listening.FindStringSubmatch(e.stderr.String())
+		if m != nil {
+			e.addr = m[1]
+		}
+		return m != nil, "not logged"
+	})
+	e.url = "ws://" + e.addr + "/"
+	return e
+}
+
+// waitFor polls until cond holds, failing at once if edge exits, or once
+// exitTimeout passes.
+func (e *child) waitFor(what string, cond func() (bool, string)) {
+	e.t.Helper()
+	poll.Until(e.t, exitTimeout, what, func() (bool, string) {
+		select {
+		case err := <-e.exited:
+			e.exited <- err
+			e.t.Fatalf("edge exited (%v) while waiting for %s", err, what)
+		default:
+		}
+		return cond()
+	})
+}
+
+// checkNoSpin measures edge's CPU time over cpuWindow and fails if it is
+// over maxCPUShare of a core (an acceptor spinning on EMFILE takes all of
+// one) or if edge exits meanwhile.
+func (e *child) checkNoSpin() {
+	e.t.Helper()
+	cpu0, start := cpuTicks(e.t, e.pid), time.Now()
 	select {
-	case err := <-exited:
-		exited <- err
+	case err := <-e.exited:
+		e.exited <- err
+		e.t.Fatalf("edge exited at the descriptor limit: %v", err)
+	case <-time.After(cpuWindow):
+	}
+	share := float64(cpuTicks(e.t, e.pid)-cpu0) / clockTicks / time.Since(start).Seconds()
+	e.t.Logf("edge CPU at the descriptor limit: %.1f%% of one core over %s", 100*share, cpuWindow)
+	if share > maxCPUShare {
+		e.t.Errorf("edge used %.0f%% of a core while it could not accept, want under %.0f%% (spinning on EMFILE?)", 100*share, 100*maxCPUShare)
+	}
+}
+
+// stop sends SIGTERM and requires edge to exit with status 0.
+func (e *child) stop() {
+	e.t.Helper()
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		e.t.Fatal(err)
+	}
+	select {
+	case err := <-e.exited:
+		e.exited <- err
 		if err != nil {
-			t.Fatalf("edge exited with %v after SIGTERM, want status 0", err)
+			e.t.Fatalf("edge exited with %v after SIGTERM, want status 0", err)
 		}
 	case <-time.After(exitTimeout):
-		t.Fatalf("edge still running %s after SIGTERM", exitTimeout)
+		e.t.Fatalf("edge still running %s after SIGTERM", exitTimeout)
 	}
 }
 
@@ -254,4 +287,123 @@ func cpuTicks(t *testing.T, pid int) int64 {
 		t.Fatalf("stat of %d: %v", pid, err)
 	}
 	return utime + stime
+}
+
+// Bounds of TestFDLimitDefaultMaxConns.
+const (
+	lowFDLimit  = 64 // the soft open-file limit edge starts with
+	lowMaxConns = 32 // its default --max-conns: half the limit (minus 128 would leave none)
+	idleConns   = 60 // plain TCP connections on top: more than the descriptors left
+)
+
+// TestFDLimitDefaultMaxConns is the descriptor-exhaustion row of issue 12:
+// edge started with a soft open-file limit of 64 (ulimit -n in the child)
+// derives its default --max-conns from it: the limit minus 128 would be
+// negative, so half the limit, 32. The 33rd upgrade gets 503 with
+// Retry-After: 1 while descriptors remain. Then idle TCP connections (each
+// holds a descriptor until its handshake timeout) take edge past its
+// descriptor limit: it keeps serving the open WebSocket, does not spin
+// (CPU time from /proc/PID/stat), and once they leave it answers upgrades
+// again: 503 while the 32 are open, 101 once they close too.
+func TestFDLimitDefaultMaxConns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	watchdog(t)
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -n `+strconv.Itoa(lowFDLimit)+` && exec "$0" "$@"`,
+		buildEdge(t), "--listen", "127.0.0.1:0", "--loops", "1")
+	e := startChild(t, cmd)
+	if n := openFDs(t, e.pid); n > lowFDLimit-lowMaxConns-8 {
+		t.Fatalf("edge holds %d descriptors at start: too many for this test's arithmetic", n)
+	}
+
+	ws := fdDial(t, e.url) // one of the 32
+	defer ws.Close()
+	fdEcho(t, ws, "before")
+	var conns []net.Conn
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		conns = conns[:0]
+	}
+	defer closeAll()
+	for range lowMaxConns - 1 {
+		c, resp := rawUpgrade(t, e.addr)
+		conns = append(conns, c)
+		if resp.StatusCode != 101 {
+			t.Fatalf("upgrade %d of %d: status %d, want 101", len(conns)+1, lowMaxConns, resp.StatusCode)
+		}
+	}
+	c, resp := rawUpgrade(t, e.addr)
+	c.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("upgrade %d: status %d Retry-After %q, want 503 and 1 (default --max-conns %d)", lowMaxConns+1, resp.StatusCode, resp.Header.Get("Retry-After"), lowMaxConns)
+	}
+
+	// Past the descriptor limit.
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range idleConns {
+		c, err := net.DialTimeout("tcp", e.addr, readTimeout)
+		if err != nil {
+			t.Fatalf("dial idle connection %d: %v", len(idle), err)
+		}
+		idle = append(idle, c)
+	}
+	e.waitFor(fmt.Sprintf("edge at its limit of %d descriptors", lowFDLimit), func() (bool, string) {
+		n := openFDs(t, e.pid)
+		return n >= lowFDLimit-1, fmt.Sprintf("%d open", n)
+	})
+	fdEcho(t, ws, "at-limit")
+	e.checkNoSpin()
+	fdEcho(t, ws, "after-window")
+
+	// The idle connections leave: an upgrade is accepted and refused 503
+	// (the 32 are still open); once those leave, one is served.
+	for _, c := range idle {
+		c.Close()
+	}
+	idle = idle[:0]
+	c, resp = rawUpgrade(t, e.addr)
+	c.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("upgrade with descriptors free and --max-conns reached: status %d, want 503", resp.StatusCode)
+	}
+	closeAll()
+	e.waitFor("a new client accepted and answered", func() (bool, string) {
+		c, resp := rawUpgrade(t, e.addr)
+		c.Close()
+		return resp.StatusCode == 101, resp.Status
+	})
+	fdEcho(t, ws, "after")
+	ws.Close()
+	e.stop()
+}
+
+// rawUpgrade sends a WebSocket upgrade to addr on a new connection and
+// reads the answer's head within readTimeout.
+func rawUpgrade(t *testing.T, addr string) (net.Conn, *http.Response) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, readTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(readTimeout))
+	req := "GET / HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: ZWRnZS1lMmUta2V5LTE2Yg==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodGet})
+	if err != nil {
+		conn.Close()
+		t.Fatalf("upgrade answer: %v", err)
+	}
+	conn.SetDeadline(time.Time{})
+	return conn, resp
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -118,5 +119,32 @@ func TestNDJSONListenLoopbackOnly(t *testing.T) {
 		if _, err := loadConfig([]string{"--allow-origin", bad}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "allow-origin") {
 			t.Errorf("--allow-origin %q: error %v, want one naming the flag", bad, err)
 		}
+	}
+}
+
+// TestClientAddressFlags: --trusted-proxy takes CIDRs and single addresses
+// (repeatable, also as an EDGE_ list), --proxy-protocol a boolean; a bad
+// CIDR is an error naming the flag.
+func TestClientAddressFlags(t *testing.T) {
+	cfg, err := loadConfig([]string{"--trusted-proxy", "10.1.2.3/8", "--trusted-proxy", "2001:db8::1"},
+		[]string{"EDGE_PROXY_PROTOCOL=true"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.opts.loop
+	got := fmt.Sprint(c.TrustedProxies)
+	if got != "[10.0.0.0/8 2001:db8::1/128]" || !c.ProxyProtocol {
+		t.Fatalf("trusted proxies %s, proxy protocol %v", got, c.ProxyProtocol)
+	}
+	cfg, err = loadConfig(nil, []string{`EDGE_TRUSTED_PROXY=["192.0.2.0/24", "198.51.100.7"]`}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(cfg.opts.loop.TrustedProxies); got != "[192.0.2.0/24 198.51.100.7/32]" {
+		t.Fatalf("from the environment: %s", got)
+	}
+	_, err = loadConfig([]string{"--trusted-proxy", "10.0.0.0/33"}, nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "trusted-proxy") || !strings.Contains(err.Error(), "CIDR") {
+		t.Fatalf("bad CIDR: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -152,6 +153,12 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&c.HandshakePool, "handshake-pool", loop.DefaultHandshakePool(), "TLS handshakes run at once, off the event loops; a connection accepted while all are busy is closed, not queued")
 	fs.IntVar(&c.MaxConns, "max-conns", loop.DefaultMaxConns(), "connections open at once; an upgrade beyond it gets 503 with Retry-After: 1 (default: the open-file limit minus 128)")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "connections open at once from one client address; beyond it 503 (0: no limit)")
+	fs.Var(&listFlag{add: func(s string) error {
+		p, err := parseTrustedProxy(s)
+		c.TrustedProxies = append(c.TrustedProxies, p)
+		return err
+	}}, "trusted-proxy", "`CIDR` (repeatable; an address alone is one host) of a proxy in front of edge: an upgrade from it takes the client's address from X-Forwarded-For (the rightmost hop outside every --trusted-proxy) for --max-conns-per-ip, edge/whoami and logs")
+	fs.BoolVar(&c.ProxyProtocol, "proxy-protocol", false, "the WebSocket listener requires a PROXY protocol v1 or v2 header (from a load balancer) before the upgrade; it gives the client's address; a connection without one is closed")
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
@@ -190,6 +197,18 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
 	return secret
+}
+
+// parseTrustedProxy reads a --trusted-proxy value: a CIDR, or an address
+// alone for that one host.
+func parseTrustedProxy(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("want a CIDR such as 10.0.0.0/8 or an IP address, got %q", s)
 }
 
 // check reports every problem of o at once; each error starts with the name
