@@ -103,6 +103,7 @@ type serverSpec struct {
 	gcConns func() int64 // client connections open now (for gctrace)
 	pprof   bool         // edge only: serve net/http/pprof on a loopback port
 	extra   []string     // edge only: more flags
+	tls     *certFiles   // serve wss:// with this certificate (edge and gorilla take the same flags)
 }
 
 var gcLine = regexp.MustCompile(`^gc \d+ @.*?(\d+)->(\d+)->(\d+) MB, \d+ MB goal, (\d+) MB stacks`)
@@ -120,6 +121,7 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 		}
 		args = append(args, sp.extra...)
 	}
+	args = append(args, sp.tls.args()...)
 	cmd := exec.Command(sp.bin, args...)
 	env := append(os.Environ(), "GOMAXPROCS=1")
 	if sp.gctrace {
