@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,6 +55,7 @@ type options struct {
 	run       string
 	out       string
 	root      string
+	edgeSrc   string // build edge from this checkout ("": root)
 	goBin     string
 	pin       bool
 	timeout   time.Duration
@@ -86,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.run, "run", "", "run name (default: quick-<time> or <time>); results go to <out>")
 	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
 	fs.StringVar(&o.root, "root", "", "edge repository root (default: found from the working directory)")
+	fs.StringVar(&o.edgeSrc, "edge-src", "", "build edge from this edge checkout instead of -root (e.g. a branch's worktree; the peers, the harness and the results stay -root's)")
 	fs.StringVar(&o.goBin, "go", envOr("GO", "go"), "go command used to build the servers")
 	fs.BoolVar(&o.pin, "pin", true, "pin servers to one CPU and the generator to another (sched_setaffinity)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "stop the whole run after this long (default 30m, 5m with -quick)")
@@ -225,7 +228,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	bins, buildFailed, err := build(ctx, o.goBin, o.root, binDir, serversOf(phases, o.peers), logf)
+	edgeSrc := cmp.Or(o.edgeSrc, o.root)
+	bins, buildFailed, err := build(ctx, o.goBin, o.root, edgeSrc, binDir, serversOf(phases, o.peers), logf)
 	if err != nil {
 		return err
 	}
@@ -318,6 +322,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Started: time.Now().UTC(), Pinned: pin.on, SyscallsOff: statOff}
 		if (p.peer == "edge" || p.proxied) && len(o.edgeArgs) > 0 {
 			rec.Notes = append(rec.Notes, "edge flags: "+strings.Join(o.edgeArgs, " "))
+		}
+		if (p.peer == "edge" || p.proxied) && o.edgeSrc != "" {
+			rec.Notes = append(rec.Notes, "edge built from "+o.edgeSrc)
 		}
 		if p.proxied {
 			if _, ok := bins["edge"]; ok {
