@@ -70,11 +70,12 @@ type Conn struct {
 // Every field is owned by the Conn's reader.
 type connReader struct {
 	nc      net.Conn
-	pre     []byte // bytes read past the upgrade response, not yet consumed
-	fd      int    // the socket, while direct
-	direct  bool   // attached: read fd directly, never wait
-	drained bool   // direct: the last read came back short, so the socket had nothing more
-	at      int64  // when the last read that returned data returned (generator clock)
+	sock    *rawSock // wss://: below nc (a *tls.Conn); nil for ws://
+	pre     []byte   // bytes read past the upgrade response, not yet consumed
+	fd      int      // the socket, while direct
+	direct  bool     // attached: read fd directly, never wait
+	drained bool     // direct: the last read came back short, so the socket had nothing more
+	at      int64    // when the last read that returned data returned (generator clock)
 }
 
 // Read reads what the source has. While attached it reads the socket at most
@@ -91,6 +92,9 @@ func (r *connReader) Read(p []byte) (int, error) {
 	}
 	if !r.direct {
 		n, err := r.nc.Read(p)
+		if n > 0 && err == nil && r.sock != nil && r.sock.direct {
+			n = r.records(p, n)
+		}
 		if n > 0 {
 			r.at = Now()
 		}
@@ -101,6 +105,25 @@ func (r *connReader) Read(p []byte) (int, error) {
 		r.at = Now()
 	}
 	return n, err
+}
+
+// records fills p after its first n bytes with the further records
+// crypto/tls has already read from an attached wss:// socket, or reads
+// until the socket comes back short, as a ws:// read takes every byte the
+// socket has (a *tls.Conn's Read returns one record): the loop then sees
+// every reply of the read at once (Conn.Ready) and writes the requests they
+// release with one write, not one per record. An error ends the filling;
+// crypto/tls reports it again on the next Read (a permanent one is sticky,
+// errWouldBlock comes back until the socket is readable).
+func (r *connReader) records(p []byte, n int) int {
+	for n < len(p) {
+		m, err := r.nc.Read(p[n:])
+		n += m
+		if err != nil || m == 0 {
+			break
+		}
+	}
+	return n
 }
 
 // readDirect reads a non-blocking socket once, at most until one read comes
@@ -162,7 +185,7 @@ func Dial(ctx context.Context, t Target, readBuf int) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := &connReader{nc: nc, fd: -1}
+	src := &connReader{nc: nc, sock: sock, fd: -1}
 	if br != nil {
 		pre, _ := br.Peek(br.Buffered())
 		src.pre = append([]byte(nil), pre...)
