@@ -496,3 +496,38 @@ func TestFilterVariants(t *testing.T) {
 		})
 	}
 }
+
+// TestSpinIdle: the polling a spinning generator did is taken out of its
+// CPU figures, less the time it waited for its CPU (not CPU time).
+func TestSpinIdle(t *testing.T) {
+	for _, tt := range []struct {
+		wait, util, usPerOp float64
+	}{
+		{0, 0.2, 200},    // quiet machine: all 0.8 s of polling was CPU
+		{0.5, 0.7, 700},  // 0.5 s of it was waiting for the CPU
+		{1.2, 1.0, 1000}, // waited longer than it polled: nothing taken out
+	} {
+		pc := &phaseCtx{rec: &Record{Client: &Usage{Util: 1, UsPerOp: 1000, RunWaitS: tt.wait}}}
+		pc.spinIdle(load.Result{SpinIdle: 0.8, Requests: 1000, Seconds: 1})
+		c := pc.rec.Client
+		if math.Abs(c.Util-tt.util) > 1e-9 || math.Abs(c.UsPerOp-tt.usPerOp) > 1e-6 || len(pc.rec.Notes) != 1 {
+			t.Errorf("wait %v: util %v, us/op %v, notes %q", tt.wait, c.Util, c.UsPerOp, pc.rec.Notes)
+		}
+	}
+}
+
+// TestRunWait parses schedstat lines; selfRunWait reads them where the
+// kernel has them.
+func TestRunWait(t *testing.T) {
+	if w, ok := runWait([]byte("9416971 35774349 5\n")); !ok || w != 35774349*time.Nanosecond {
+		t.Fatalf("got %v %v", w, ok)
+	}
+	for _, bad := range []string{"", "12", "1 x 3", "1 -5 3"} {
+		if _, ok := runWait([]byte(bad)); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := os.Stat("/proc/self/schedstat"); err == nil && selfRunWait() < 0 {
+		t.Fatal("schedstat present but selfRunWait failed")
+	}
+}

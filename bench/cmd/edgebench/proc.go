@@ -73,6 +73,40 @@ func selfCPU() cpuTimes {
 	return cpuTimes{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
 }
 
+// selfRunWait is how long the harness's threads have waited, runnable, for
+// a CPU (the second field of /proc/self/task/*/schedstat, summed; threads
+// that exited meanwhile are missed), or -1 when the kernel does not say.
+func selfRunWait() time.Duration {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return -1
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // exited
+		}
+		w, ok := runWait(b)
+		if !ok {
+			return -1
+		}
+		sum += w
+	}
+	return sum
+}
+
+// runWait is the run-queue wait of a schedstat line: "<on CPU ns> <waiting
+// ns> <timeslices>".
+func runWait(schedstat []byte) (time.Duration, bool) {
+	f := strings.Fields(string(schedstat))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	return time.Duration(ns), err == nil && ns >= 0
+}
+
 // procStatus returns a field of /proc/PID/status, such as VmRSS (in KiB for
 // the Vm fields) or Cpus_allowed_list.
 func procStatus(pid int, field string) (string, error) {
