@@ -516,8 +516,8 @@ func TestSpinIdle(t *testing.T) {
 	}
 }
 
-// TestRunWait parses schedstat lines; selfRunWait reads them where the
-// kernel has them.
+// TestRunWait parses schedstat lines, selfRunWaits reads them where the
+// kernel has them, and maxRunWait takes the longest wait of a thread.
 func TestRunWait(t *testing.T) {
 	if w, ok := runWait([]byte("9416971 35774349 5\n")); !ok || w != 35774349*time.Nanosecond {
 		t.Fatalf("got %v %v", w, ok)
@@ -527,7 +527,15 @@ func TestRunWait(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if _, err := os.Stat("/proc/self/schedstat"); err == nil && selfRunWait() < 0 {
-		t.Fatal("schedstat present but selfRunWait failed")
+	if _, err := os.Stat("/proc/self/schedstat"); err == nil && len(selfRunWaits()) == 0 {
+		t.Fatal("schedstat present but selfRunWaits read none")
+	}
+	w0 := map[string]time.Duration{"1": 10, "2": 100, "3": 5}
+	w1 := map[string]time.Duration{"1": 40, "2": 110, "4": 1000} // 3 exited, 4 is new
+	if got := maxRunWait(w0, w1); got != 30 {
+		t.Fatalf("maxRunWait %v, want 30ns", got)
+	}
+	if maxRunWait(nil, w1) != 0 {
+		t.Fatal("maxRunWait without a start")
 	}
 }

@@ -73,15 +73,15 @@ func selfCPU() cpuTimes {
 	return cpuTimes{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
 }
 
-// selfRunWait is how long the harness's threads have waited, runnable, for
-// a CPU (the second field of /proc/self/task/*/schedstat, summed; threads
-// that exited meanwhile are missed), or -1 when the kernel does not say.
-func selfRunWait() time.Duration {
+// selfRunWaits is how long each of the harness's threads has waited,
+// runnable, for a CPU, by thread id (the second field of
+// /proc/self/task/*/schedstat), or nil when the kernel does not say.
+func selfRunWaits() map[string]time.Duration {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return -1
+		return nil
 	}
-	var sum time.Duration
+	m := make(map[string]time.Duration, len(tasks))
 	for _, t := range tasks {
 		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
 		if err != nil {
@@ -89,11 +89,26 @@ func selfRunWait() time.Duration {
 		}
 		w, ok := runWait(b)
 		if !ok {
-			return -1
+			return nil
 		}
-		sum += w
+		m[t.Name()] = w
 	}
-	return sum
+	return m
+}
+
+// maxRunWait is the longest a thread waited for a CPU between two
+// selfRunWaits: the generator loop's thread, usually (its goroutine runs
+// on one thread while it spins). Not the sum: the harness's threads share
+// the generator's one CPU and wait for each other, behind the spinning loop
+// too, which is not time the loop lost. 0 when unknown.
+func maxRunWait(w0, w1 map[string]time.Duration) time.Duration {
+	var m time.Duration
+	for tid, b := range w1 {
+		if a, ok := w0[tid]; ok {
+			m = max(m, b-a)
+		}
+	}
+	return m
 }
 
 // runWait is the run-queue wait of a schedstat line: "<on CPU ns> <waiting

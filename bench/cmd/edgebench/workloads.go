@@ -550,8 +550,8 @@ func (m matrix) w7Phase(v w7Variant, peer string) phase {
 // spinIdle takes the polling a spinning generator did with nothing to do
 // (res.SpinIdle) out of its CPU figures, and notes it. SpinIdle is wall
 // time: on a busy machine the generator also waited for its CPU meanwhile,
-// which is not CPU time, so the time it waited (Usage.RunWaitS, all of the
-// window's, an upper bound of what fell into the polling) is not taken out.
+// which is not CPU time, so the time it waited (Usage.RunWaitS, the whole
+// window's: an upper bound of what fell into the polling) is not taken out.
 func (pc *phaseCtx) spinIdle(res load.Result) {
 	if c := pc.rec.Client; c != nil && res.SpinIdle > 0 && res.Requests > 0 && res.Seconds > 0 {
 		idle := max(res.SpinIdle-c.RunWaitS, 0)
