@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
@@ -30,7 +31,7 @@ func socketPair(t *testing.T, readBuf int) (*Conn, int) {
 	}
 	t.Cleanup(func() { nc.Close(); unix.Close(fds[1]) })
 	src := &connReader{nc: nc, fd: -1}
-	c := &Conn{nc: nc, src: src, br: bufio.NewReaderSize(src, readBuf), d: JSONRPC{}, mask: [4]byte{1, 2, 3, 4}}
+	c := &Conn{nc: nc, tcp: nc, src: src, br: bufio.NewReaderSize(src, readBuf), d: JSONRPC{}, mask: [4]byte{1, 2, 3, 4}}
 	return c, fds[1]
 }
 
@@ -65,12 +66,7 @@ func TestConnAttached(t *testing.T) {
 	bigFrame := serverFrame(ws.OpText, true, big)
 	ping := serverFrame(ws.OpPing, true, []byte(`pp`))
 	frag := append(serverFrame(ws.OpText, false, []byte(`fr`)), serverFrame(ws.OpContinuation, true, []byte(`ag`))...)
-	type step struct {
-		send     []byte // written by the peer first
-		readable bool   // the loop saw the socket readable
-		want     string // the message Next returns; "" for errWouldBlock
-	}
-	steps := []step{
+	runSteps(t, c, peer, []step{
 		{readable: true},  // nothing yet: one empty read
 		{send: small[:3]}, // arrives, but the socket is drained: not read
 		{readable: true},  // read: half a frame
@@ -83,22 +79,7 @@ func TestConnAttached(t *testing.T) {
 		{send: append(append(append([]byte(nil), ping...), frag...), small...), readable: true, want: "frag"},
 		{want: "small"}, // already buffered: no readable needed
 		{},
-	}
-	for i, s := range steps {
-		if s.send != nil {
-			writeAll(t, peer, s.send)
-		}
-		if s.readable {
-			c.readable()
-		}
-		msg, err := c.Next()
-		switch {
-		case s.want == "" && err != errWouldBlock:
-			t.Fatalf("step %d: got %q, %v; want errWouldBlock", i, short(string(msg)), err)
-		case s.want != "" && (err != nil || string(msg) != s.want):
-			t.Fatalf("step %d: got %q, %v; want %q", i, short(string(msg)), err, short(s.want))
-		}
-	}
+	})
 	// The ping was answered with a masked pong carrying its payload.
 	if err := c.detach(time.Second); err != nil {
 		t.Fatal(err)
@@ -115,6 +96,33 @@ func TestConnAttached(t *testing.T) {
 	writeAll(t, peer, serverFrame(ws.OpClose, true, nil))
 	if _, err := c.Next(); err != ErrClosed {
 		t.Fatalf("after detach: %v, want ErrClosed", err)
+	}
+}
+
+// step is one step of runSteps.
+type step struct {
+	send     []byte // written by the peer first
+	readable bool   // the loop saw the socket readable
+	want     string // the message Next returns; "" for errWouldBlock
+}
+
+// runSteps runs steps on an attached Conn whose peer's descriptor is peer.
+func runSteps(t *testing.T, c *Conn, peer int, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		if s.send != nil {
+			writeAll(t, peer, s.send)
+		}
+		if s.readable {
+			c.readable()
+		}
+		msg, err := c.Next()
+		switch {
+		case s.want == "" && err != errWouldBlock:
+			t.Fatalf("step %d: got %q, %v; want errWouldBlock", i, short(string(msg)), err)
+		case s.want != "" && (err != nil || string(msg) != s.want):
+			t.Fatalf("step %d: got %q, %v; want %q", i, short(string(msg)), err, short(s.want))
+		}
 	}
 }
 
@@ -139,10 +147,45 @@ func TestConnAttachedEOF(t *testing.T) {
 func TestConnBacklog(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	c, peer := socketPair(t, 4096)
+	checkBacklog(t, c, fdReader(peer))
+}
+
+// checkBacklog attaches c, fills its backlog (fillBacklog), then has the
+// peer read (through peer) while c flushes what its socket takes and
+// detaches: the peer must read exactly what c accepted, in order.
+func checkBacklog(t *testing.T, c *Conn, peer io.Reader) {
+	t.Helper()
 	fd, err := c.attach()
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := fillBacklog(t, c)
+	got := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 64<<10)
+		for b.Len() < len(want) {
+			n, err := peer.Read(buf)
+			if n > 0 {
+				b.Write(buf[:n])
+			}
+			if err != nil || n <= 0 {
+				break
+			}
+		}
+		got <- b.Bytes()
+	}()
+	flushDetach(t, c, fd)
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("peer read %d bytes, want %d in order", len(b), len(want))
+	}
+}
+
+// fillBacklog writes 1000-byte messages to an attached Conn whose peer does
+// not read until the Conn refuses one (errBacklog), and returns what it
+// accepted.
+func fillBacklog(t *testing.T, c *Conn) []byte {
+	t.Helper()
 	var want bytes.Buffer
 	msg := make([]byte, 1000)
 	for i := 0; ; i++ {
@@ -164,21 +207,13 @@ func TestConnBacklog(t *testing.T) {
 	if !c.backlogged() {
 		t.Fatal("refused a write without a backlog")
 	}
-	got := make(chan []byte)
-	go func() {
-		var b bytes.Buffer
-		buf := make([]byte, 64<<10)
-		for b.Len() < want.Len() {
-			n, err := unix.Read(peer, buf)
-			if err != nil || n == 0 {
-				break
-			}
-			b.Write(buf[:n])
-		}
-		got <- b.Bytes()
-	}()
-	// Flush what the socket takes as it becomes writable, then hand the
-	// rest to detach.
+	return want.Bytes()
+}
+
+// flushDetach flushes what the socket fd of an attached Conn takes as it
+// becomes writable (while the peer reads), then hands the rest to detach.
+func flushDetach(t *testing.T, c *Conn, fd int) {
+	t.Helper()
 	for range 3 {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
 		if _, err := unix.Poll(pfd, 5000); err != nil && err != unix.EINTR {
@@ -190,8 +225,5 @@ func TestConnBacklog(t *testing.T) {
 	}
 	if err := c.detach(10 * time.Second); err != nil {
 		t.Fatal(err)
-	}
-	if b := <-got; !bytes.Equal(b, want.Bytes()) {
-		t.Fatalf("peer read %d bytes, want %d in order", len(b), want.Len())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +22,10 @@ type Target struct {
 	Addr    string // host:port, always on 127.0.0.1
 	Path    string // the upgrade path; "" means "/"
 	Dialect Dialect
+	// TLS, when set, makes every connection wss://: a crypto/tls client
+	// over the TCP connection, its handshake done before the upgrade (see
+	// ClientTLS and DialTLS).
+	TLS *tls.Config
 }
 
 // DefaultReadBuffer is the per-connection read buffer of the generator.
@@ -36,17 +41,18 @@ const DefaultReadBuffer = 16 << 10
 // the closed loop) attaches them: reads and writes then go straight to the
 // socket without ever blocking (see attach).
 type Conn struct {
-	nc   net.Conn
+	nc   net.Conn    // what the WebSocket frames go through: tcp, or a *tls.Conn over it
+	tcp  net.Conn    // the socket
+	sock *rawSock    // wss://: what the *tls.Conn reads and writes (over tcp); nil for ws://
 	src  *connReader // what br reads from; nil for a Conn built around a fake net.Conn
 	br   *bufio.Reader
 	d    Dialect
 	mask [4]byte // immutable after Dial
 
-	wmu     sync.Mutex
-	ctl     []byte // guarded by wmu: scratch for control frames
-	direct  bool   // guarded by wmu: attached: non-blocking writes straight to wfd
-	wfd     int    // guarded by wmu: the socket while direct
-	backlog []byte // guarded by wmu: bytes accepted while direct that the socket has not taken yet
+	wmu    sync.Mutex
+	ctl    []byte     // guarded by wmu: scratch for control frames
+	direct bool       // guarded by wmu: attached: writes never block
+	sw     sockWriter // guarded by wmu: ws:// while direct: the socket and what it has not taken yet
 
 	pend    int    // reader-owned: bytes of the last message still in br
 	big     []byte // reader-owned: messages that do not fit br, and fragmented ones
@@ -64,11 +70,12 @@ type Conn struct {
 // Every field is owned by the Conn's reader.
 type connReader struct {
 	nc      net.Conn
-	pre     []byte // bytes read past the upgrade response, not yet consumed
-	fd      int    // the socket, while direct
-	direct  bool   // attached: read fd directly, never wait
-	drained bool   // direct: the last read came back short, so the socket had nothing more
-	at      int64  // when the last read that returned data returned (generator clock)
+	sock    *rawSock // wss://: below nc (a *tls.Conn); nil for ws://
+	pre     []byte   // bytes read past the upgrade response, not yet consumed
+	fd      int      // the socket, while direct
+	direct  bool     // attached: read fd directly, never wait
+	drained bool     // direct: the last read came back short, so the socket had nothing more
+	at      int64    // when the last read that returned data returned (generator clock)
 }
 
 // Read reads what the source has. While attached it reads the socket at most
@@ -85,35 +92,72 @@ func (r *connReader) Read(p []byte) (int, error) {
 	}
 	if !r.direct {
 		n, err := r.nc.Read(p)
+		if n > 0 && err == nil && r.sock != nil && r.sock.direct {
+			n = r.records(p, n)
+		}
 		if n > 0 {
 			r.at = Now()
 		}
 		return n, err
 	}
-	if r.drained || len(p) == 0 {
+	n, err := readDirect(r.fd, p, &r.drained)
+	if n > 0 {
+		r.at = Now()
+	}
+	return n, err
+}
+
+// records fills p after its first n bytes with the further records
+// crypto/tls has already read from an attached wss:// socket, or reads
+// until the socket comes back short, as a ws:// read takes every byte the
+// socket has (a *tls.Conn's Read returns one record): the loop then sees
+// every reply of the read at once (Conn.Ready) and writes the requests they
+// release with one write, not one per record. An error ends the filling;
+// crypto/tls reports it again on the next Read (a permanent one is sticky,
+// errWouldBlock comes back until the socket is readable).
+func (r *connReader) records(p []byte, n int) int {
+	for n < len(p) {
+		m, err := r.nc.Read(p[n:])
+		n += m
+		if err != nil || m == 0 {
+			break
+		}
+	}
+	return n
+}
+
+// readDirect reads a non-blocking socket once, at most until one read comes
+// back short: *drained is then set and later calls report errWouldBlock
+// without a syscall until the caller clears it (the socket is readable
+// again).
+func readDirect(fd int, p []byte, drained *bool) (int, error) {
+	if *drained || len(p) == 0 {
 		return 0, errWouldBlock
 	}
 	for {
-		n, e := rawRead(r.fd, p)
+		n, e := rawRead(fd, p)
 		switch {
 		case e == unix.EINTR:
 			continue
 		case e == unix.EAGAIN:
-			r.drained = true
+			*drained = true
 			return 0, errWouldBlock
 		case e != 0:
 			return 0, e
 		case n == 0:
 			return 0, io.EOF
 		}
-		r.at = Now()
-		r.drained = n < len(p)
+		*drained = n < len(p)
 		return n, nil
 	}
 }
 
-// Dial connects and upgrades, then performs the dialect's hello exchange
-// (centrifuge's connect command). readBuf <= 0 means DefaultReadBuffer.
+// dialTimeout bounds a connection's TCP connect, TLS handshake and upgrade.
+const dialTimeout = 10 * time.Second
+
+// Dial connects and upgrades (wss:// when t.TLS is set), then performs the
+// dialect's hello exchange (centrifuge's connect command). readBuf <= 0
+// means DefaultReadBuffer.
 func Dial(ctx context.Context, t Target, readBuf int) (*Conn, error) {
 	if readBuf <= 0 {
 		readBuf = DefaultReadBuffer
@@ -122,18 +166,32 @@ func Dial(ctx context.Context, t Target, readBuf int) (*Conn, error) {
 	if path == "" {
 		path = "/"
 	}
-	d := ws.Dialer{Timeout: 10 * time.Second}
-	nc, br, _, err := d.Dial(ctx, "ws://"+t.Addr+path)
+	var (
+		nc, tcp net.Conn
+		sock    *rawSock
+		br      *bufio.Reader
+		err     error
+	)
+	if t.TLS == nil {
+		d := ws.Dialer{Timeout: dialTimeout}
+		nc, br, _, err = d.Dial(ctx, "ws://"+t.Addr+path)
+		tcp = nc
+	} else {
+		nc, sock, br, err = dialTLS(ctx, t.Addr, path, t.TLS)
+		if sock != nil {
+			tcp = sock.Conn
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	src := &connReader{nc: nc, fd: -1}
+	src := &connReader{nc: nc, sock: sock, fd: -1}
 	if br != nil {
 		pre, _ := br.Peek(br.Buffered())
 		src.pre = append([]byte(nil), pre...)
 		ws.PutReader(br)
 	}
-	c := &Conn{nc: nc, src: src, br: bufio.NewReaderSize(src, readBuf), d: t.Dialect}
+	c := &Conn{nc: nc, tcp: tcp, sock: sock, src: src, br: bufio.NewReaderSize(src, readBuf), d: t.Dialect, sw: sockWriter{fd: -1}}
 	if _, err := rand.Read(c.mask[:]); err != nil {
 		nc.Close()
 		return nil, err
@@ -207,34 +265,63 @@ func (c *Conn) write(b []byte) error {
 		_, err := c.nc.Write(b)
 		return err
 	}
-	if len(c.backlog) > 0 {
-		if len(c.backlog)+len(b) > backlogLimit {
-			return errBacklog
-		}
-		c.backlog = append(c.backlog, b...)
-		return c.flushLocked()
+	w := c.out()
+	if len(w.backlog) > 0 && len(w.backlog)+len(b) > backlogLimit {
+		return errBacklog
 	}
-	n, err := writeNonblock(c.wfd, b)
+	if c.sock != nil {
+		// crypto/tls encrypts; c.sock, below it, writes what the socket
+		// takes and keeps the rest in w.
+		_, err := c.nc.Write(b)
+		return err
+	}
+	return w.write(b)
+}
+
+// out is the writer of an attached Conn's socket: its own (ws://), or the
+// one below crypto/tls (wss://), which keeps encrypted bytes. wmu held.
+func (c *Conn) out() *sockWriter {
+	if c.sock != nil {
+		return &c.sock.sw
+	}
+	return &c.sw
+}
+
+// sockWriter writes to a non-blocking socket without ever blocking and
+// keeps, in order, the bytes the socket has not taken yet.
+type sockWriter struct {
+	fd      int
+	backlog []byte
+}
+
+// write writes b after the backlog; what the socket does not take now is
+// kept.
+func (w *sockWriter) write(b []byte) error {
+	if len(w.backlog) > 0 {
+		w.backlog = append(w.backlog, b...)
+		return w.flush()
+	}
+	n, err := writeNonblock(w.fd, b)
 	if err != nil {
 		return err
 	}
 	if n < len(b) {
-		c.backlog = append(c.backlog, b[n:]...)
+		w.backlog = append(w.backlog, b[n:]...)
 	}
 	return nil
 }
 
-// flushLocked writes as much of the backlog as the socket takes; wmu held.
-func (c *Conn) flushLocked() error {
-	for len(c.backlog) > 0 {
-		n, err := writeNonblock(c.wfd, c.backlog)
+// flush writes as much of the backlog as the socket takes.
+func (w *sockWriter) flush() error {
+	for len(w.backlog) > 0 {
+		n, err := writeNonblock(w.fd, w.backlog)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			return nil
 		}
-		c.backlog = c.backlog[:copy(c.backlog, c.backlog[n:])]
+		w.backlog = w.backlog[:copy(w.backlog, w.backlog[n:])]
 	}
 	return nil
 }
@@ -267,7 +354,7 @@ func (c *Conn) attach() (int, error) {
 	if c.src == nil {
 		return -1, errNotSocket
 	}
-	sc, ok := c.nc.(syscall.Conn)
+	sc, ok := c.tcp.(syscall.Conn)
 	if !ok {
 		return -1, errNotSocket
 	}
@@ -284,16 +371,29 @@ func (c *Conn) attach() (int, error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return -1, err
 	}
-	c.src.fd, c.src.direct, c.src.drained = fd, true, false
 	c.wmu.Lock()
-	c.wfd, c.direct = fd, true
+	if c.sock != nil {
+		// wss://: crypto/tls stays in between; the socket below it is
+		// read and written directly.
+		c.sock.fd, c.sock.direct, c.sock.drained = fd, true, false
+		c.sock.sw.fd = fd
+	} else {
+		c.src.fd, c.src.direct, c.src.drained = fd, true, false
+		c.sw.fd = fd
+	}
+	c.direct = true
 	c.wmu.Unlock()
 	return fd, nil
 }
 
 // readable tells an attached Conn that its socket has something to read:
 // Next reads it again. Must be called from the reading goroutine.
-func (c *Conn) readable() { c.src.drained = false }
+func (c *Conn) readable() {
+	c.src.drained = false
+	if c.sock != nil {
+		c.sock.drained = false
+	}
+}
 
 // flushBacklog writes what the socket takes of the bytes an attached Conn
 // kept; pending reports whether some are still waiting.
@@ -301,8 +401,9 @@ func (c *Conn) readable() { c.src.drained = false }
 func (c *Conn) flushBacklog() (pending bool, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	err = c.flushLocked()
-	return len(c.backlog) > 0, err
+	w := c.out()
+	err = w.flush()
+	return len(w.backlog) > 0, err
 }
 
 // backlogged reports whether an attached Conn keeps bytes the socket has
@@ -310,27 +411,32 @@ func (c *Conn) flushBacklog() (pending bool, err error) {
 func (c *Conn) backlogged() bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return len(c.backlog) > 0
+	return len(c.out().backlog) > 0
 }
 
 // detach ends attach: reads and writes go through the Go netpoller again.
 // Kept bytes are written first, waiting up to wait for the socket to take
 // them. Must be called from the reading goroutine.
 func (c *Conn) detach(wait time.Duration) error {
-	if c.src == nil || !c.src.direct {
-		return nil
-	}
-	c.src.direct, c.src.fd = false, -1
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.direct, c.wfd = false, -1
-	if len(c.backlog) == 0 {
+	if c.src == nil || !c.direct {
 		return nil
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(wait))
-	_, err := c.nc.Write(c.backlog)
-	c.nc.SetWriteDeadline(time.Time{})
-	c.backlog = c.backlog[:0]
+	w := c.out()
+	c.direct, w.fd = false, -1
+	c.src.direct, c.src.fd = false, -1
+	if c.sock != nil {
+		c.sock.direct, c.sock.fd = false, -1
+	}
+	if len(w.backlog) == 0 {
+		return nil
+	}
+	// The bytes as the socket takes them (encrypted for wss://).
+	c.tcp.SetWriteDeadline(time.Now().Add(wait))
+	_, err := c.tcp.Write(w.backlog)
+	c.tcp.SetWriteDeadline(time.Time{})
+	w.backlog = w.backlog[:0]
 	return err
 }
 
@@ -570,7 +676,7 @@ func (c *Conn) CloseHandshake(wait time.Duration) bool {
 		}
 	}
 	if !done {
-		if tc, ok := c.nc.(*net.TCPConn); ok {
+		if tc, ok := c.tcp.(*net.TCPConn); ok {
 			tc.SetLinger(0)
 		}
 	}

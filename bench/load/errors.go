@@ -12,11 +12,21 @@ var (
 	ErrClosedByPeer   = errors.New("load: the server closed connections during the run")
 
 	// errWouldBlock: an attached Conn's socket has nothing more to read for
-	// now (see Conn.attach).
-	errWouldBlock = errors.New("load: no more data on the socket for now")
+	// now (see Conn.attach). A temporary net.Error, so that crypto/tls
+	// reading an attached wss:// socket keeps the partial record it has and
+	// resumes on the next Read (see rawSock).
+	errWouldBlock error = wouldBlock{}
 	// errBacklog: an attached Conn refused a write because the bytes its
 	// socket has not taken would exceed backlogLimit.
 	errBacklog = errors.New("load: too many unsent bytes on the connection")
 	// errNotSocket: the Conn has no socket to attach (a test fake).
 	errNotSocket = errors.New("load: connection has no socket to attach")
 )
+
+// wouldBlock is errWouldBlock's type: a net.Error that is Temporary and not
+// a Timeout (a stopped reader's deadline is a Timeout, see isTimeout).
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "load: no more data on the socket for now" }
+func (wouldBlock) Timeout() bool   { return false }
+func (wouldBlock) Temporary() bool { return true }

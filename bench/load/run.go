@@ -63,10 +63,20 @@ type Result struct {
 	PublishRTT   *Latency `json:"publish_rtt,omitempty"`    // the publisher's request round trip
 }
 
-// DialMany opens n connections with at most conc dials in flight. It returns
-// the connections that were established; err is the first failure, and
-// failed counts them all.
+// TLSDials bounds the wss:// dials DialMany has in flight. A server with a
+// bounded handshake pool may close the connections that find it full
+// instead of queueing them (edge: --handshake-pool, at least 16 by
+// default); a Dial returns only after the upgrade, so after the server's
+// handshake, and never holds more than one of its handshakes.
+const TLSDials = 8
+
+// DialMany opens n connections with at most conc dials in flight (at most
+// TLSDials for wss://). It returns the connections that were established;
+// err is the first failure, and failed counts them all.
 func DialMany(ctx context.Context, t Target, n, conc, readBuf int, progress func(done int)) (conns []*Conn, failed int, err error) {
+	if t.TLS != nil {
+		conc = min(conc, TLSDials)
+	}
 	conc = max(min(conc, n), 1)
 	out := make([]*Conn, n)
 	var (

@@ -10,7 +10,7 @@ import (
 func TestRunClosed(t *testing.T) {
 	tests := []struct {
 		name          string
-		raw           bool
+		raw, tls      bool
 		d             Dialect
 		conns, window int
 		size, frag    int
@@ -20,10 +20,17 @@ func TestRunClosed(t *testing.T) {
 		{name: "raw", raw: true, d: Raw{}, conns: 2, window: 8, size: 16},
 		{name: "1MiB fragmented", d: JSONRPC{}, conns: 1, window: 1, size: 1 << 20, frag: 64 << 10},
 		{name: "64KiB raw", raw: true, d: Raw{}, conns: 1, window: 2, size: 64 << 10},
+		{name: "wss jsonrpc w1", tls: true, d: JSONRPC{}, conns: 4, window: 1, size: 16},
+		{name: "wss pipelined", tls: true, d: JSONRPC{}, conns: 2, window: 32, size: 1024},
+		{name: "wss 1MiB fragmented", tls: true, d: JSONRPC{}, conns: 1, window: 1, size: 1 << 20, frag: 64 << 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := startTestServer(t, tt.raw)
+			s := &testServer{raw: tt.raw}
+			if tt.tls {
+				s.tls = serverTLS(t)
+			}
+			srv := start(t, s)
 			req, off := EchoOfSize(tt.d, tt.size)
 			var hooks [2]int64
 			measure := 300 * time.Millisecond
@@ -110,15 +117,23 @@ func TestRunChurn(t *testing.T) {
 }
 
 func TestRunIdle(t *testing.T) {
-	srv := startTestServer(t, false)
-	started := false
-	res, err := RunIdle(testCtx(t), IdleConfig{Target: srv.target(JSONRPC{}), Conns: 200, Hold: 100 * time.Millisecond,
-		Hooks: Hooks{OnStart: func() { started = true }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Conns != 200 || res.Failed != 0 || res.ClosedByPeer != 0 || !started {
-		t.Fatalf("result %+v", res)
+	for _, wss := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[wss], func(t *testing.T) {
+			s := &testServer{}
+			if wss {
+				s.tls = serverTLS(t)
+			}
+			srv := start(t, s)
+			started := false
+			res, err := RunIdle(testCtx(t), IdleConfig{Target: srv.target(JSONRPC{}), Conns: 200, Hold: 100 * time.Millisecond,
+				Hooks: Hooks{OnStart: func() { started = true }}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Conns != 200 || res.Failed != 0 || res.ClosedByPeer != 0 || !started {
+				t.Fatalf("result %+v", res)
+			}
+		})
 	}
 }
 

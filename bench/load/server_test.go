@@ -3,6 +3,7 @@ package load
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 type testServer struct {
 	ln  net.Listener
 	raw bool
+	tls *tls.Config // serve wss:// (set before start)
 	// closeEvery > 0: every closeEvery-th connection accepted is closed by
 	// the server after its first message (without answering it), with a
 	// close frame first when closeFrame is set. Immutable after start.
@@ -66,6 +68,9 @@ func start(t testing.TB, s *testServer) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	s.ln, s.subs, s.gates = ln, map[*srvConn]struct{}{}, map[string][]func(){}
 	go s.serve()
 	t.Cleanup(func() { ln.Close() })
@@ -73,7 +78,25 @@ func start(t testing.TB, s *testServer) *testServer {
 }
 
 func (s *testServer) target(d Dialect) Target {
-	return Target{Addr: s.ln.Addr().String(), Dialect: d}
+	t := Target{Addr: s.ln.Addr().String(), Dialect: d}
+	if s.tls != nil {
+		t.TLS = ClientTLS()
+	}
+	return t
+}
+
+// serverTLS is a server configuration with a new self-signed certificate.
+func serverTLS(t testing.TB) *tls.Config {
+	t.Helper()
+	cert, key, err := SelfSigned()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{kp}}
 }
 
 func (s *testServer) serve() {

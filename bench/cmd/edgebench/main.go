@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,6 +55,7 @@ type options struct {
 	run       string
 	out       string
 	root      string
+	edgeSrc   string // build edge from this checkout ("": root)
 	goBin     string
 	pin       bool
 	timeout   time.Duration
@@ -86,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.run, "run", "", "run name (default: quick-<time> or <time>); results go to <out>")
 	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
 	fs.StringVar(&o.root, "root", "", "edge repository root (default: found from the working directory)")
+	fs.StringVar(&o.edgeSrc, "edge-src", "", "build edge from this edge checkout instead of -root (e.g. a branch's worktree; the peers, the harness and the results stay -root's)")
 	fs.StringVar(&o.goBin, "go", envOr("GO", "go"), "go command used to build the servers")
 	fs.BoolVar(&o.pin, "pin", true, "pin servers to one CPU and the generator to another (sched_setaffinity)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "stop the whole run after this long (default 30m, 5m with -quick)")
@@ -225,13 +228,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	bins, buildFailed, err := build(ctx, o.goBin, o.root, binDir, serversOf(phases, o.peers), logf)
+	edgeSrc := cmp.Or(o.edgeSrc, o.root)
+	bins, buildFailed, err := build(ctx, o.goBin, o.root, edgeSrc, binDir, serversOf(phases, o.peers), logf)
 	if err != nil {
 		return err
 	}
-	edgePprof := false
+	var certs *certFiles
+	if slices.ContainsFunc(phases, func(p phase) bool { return p.tls }) {
+		if certs, err = writeCert(binDir); err != nil {
+			return err
+		}
+	}
+	edgePprof, edgeTLS := false, false
 	if bin, ok := bins["edge"]; ok {
 		help, _ := exec.Command(bin, "--help").CombinedOutput()
+		edgeTLS = strings.Contains(string(help), "-tls-cert")
 		switch {
 		case strings.Contains(string(help), "-admin-pprof"):
 			edgePprof, edgePprofArgs = true, []string{"--admin-listen", "127.0.0.1:0", "--admin-pprof"}
@@ -240,6 +251,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if o.pprof && !edgePprof {
 			logf("WARNING: -pprof: this edge serves no pprof (--admin-pprof)")
+		}
+		if certs != nil && !edgeTLS {
+			logf("WARNING: %s", edgeNoTLS)
 		}
 	}
 
@@ -309,16 +323,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if (p.peer == "edge" || p.proxied) && len(o.edgeArgs) > 0 {
 			rec.Notes = append(rec.Notes, "edge flags: "+strings.Join(o.edgeArgs, " "))
 		}
+		if (p.peer == "edge" || p.proxied) && o.edgeSrc != "" {
+			rec.Notes = append(rec.Notes, "edge built from "+o.edgeSrc)
+		}
 		if p.proxied {
 			if _, ok := bins["edge"]; ok {
 				runProxied(ctx, p, po, pin, o.out, phaseOpts{statEvents: statEvents, edgeArgs: o.edgeArgs}, &rec, logf)
 			} else {
 				rec.Error = fmt.Sprintf("not built: %v", buildFailed["edge"])
 			}
+		} else if p.tls && p.peer == "edge" && !edgeTLS && bins["edge"] != "" {
+			rec.Skipped, rec.Error = true, edgeNoTLS
 		} else if bin, ok := bins[p.peer]; ok {
-			runPhase(ctx, p, bin, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, p.peer),
+			po := phaseOpts{perf: slices.Contains(o.perf, p.peer),
 				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents,
-				edgeArgs: o.edgeArgs}, &rec, logf)
+				edgeArgs: o.edgeArgs}
+			if p.tls {
+				po.certs = certs
+			}
+			runPhase(ctx, p, bin, pin, o.out, po, &rec, logf)
 		} else {
 			rec.Error = fmt.Sprintf("not built: %v", buildFailed[p.peer])
 		}
@@ -381,10 +404,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // fills rec.
 // phaseOpts are the per-phase instrumentation switches.
 type phaseOpts struct {
-	perf       bool     // perf record the server over the window
-	pprof      bool     // edge: serve pprof (CPU profile over the window, heap in W3)
-	statEvents []string // perf stat these events over the window (nil: no syscall count)
-	edgeArgs   []string // extra flags for edge
+	perf       bool       // perf record the server over the window
+	pprof      bool       // edge: serve pprof (CPU profile over the window, heap in W3)
+	statEvents []string   // perf stat these events over the window (nil: no syscall count)
+	edgeArgs   []string   // extra flags for edge
+	certs      *certFiles // wss://: the run's certificate (nil: ws://)
 }
 
 func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
@@ -398,7 +422,7 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	pc := &phaseCtx{rec: rec, logf: logf}
 	logName := fmt.Sprintf("%s-%s-%s.log", p.workload, safeName(p.variant), p.peer)
 	srv, err := startServer(pctx, serverSpec{peer: p.peer, bin: bin, logPath: filepath.Join(out, "logs", logName),
-		pin: pin, gctrace: p.gctrace, gcConns: pc.conns.Load, pprof: opts.pprof, extra: opts.edgeArgs})
+		pin: pin, gctrace: p.gctrace, gcConns: pc.conns.Load, pprof: opts.pprof, extra: opts.edgeArgs, tls: opts.certs})
 	if err != nil {
 		rec.Error = err.Error()
 		return
@@ -406,6 +430,9 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	rec.ServerCPUs = srv.cpus
 	pc.srv = srv
 	pc.target = load.Target{Addr: srv.addr, Dialect: d}
+	if opts.certs != nil {
+		pc.target.TLS = load.ClientTLS()
+	}
 	pc.samp = &sampler{pids: []int{srv.pid}}
 	pprofAddr := ""
 	if opts.pprof && !p.gctrace {
@@ -414,6 +441,9 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	pc.samp.instrument(out, strings.TrimSuffix(logName, ".log"), p.window, pprofAddr, opts.perf, opts.statEvents, rec, "")
 	err = p.run(pctx, pc)
 	rec.Syscalls = pc.samp.finish(rec, "")
+	if opts.certs != nil && err == nil && !srv.exited() {
+		rec.Notes = append(rec.Notes, tlsNote(pctx, pc.target))
+	}
 	if err == nil && srv.exited() {
 		err = fmt.Errorf("server exited during the run: %v", srv.waitErr)
 	}

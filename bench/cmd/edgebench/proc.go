@@ -73,6 +73,55 @@ func selfCPU() cpuTimes {
 	return cpuTimes{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
 }
 
+// selfRunWaits is how long each of the harness's threads has waited,
+// runnable, for a CPU, by thread id (the second field of
+// /proc/self/task/*/schedstat), or nil when the kernel does not say.
+func selfRunWaits() map[string]time.Duration {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	m := make(map[string]time.Duration, len(tasks))
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // exited
+		}
+		w, ok := runWait(b)
+		if !ok {
+			return nil
+		}
+		m[t.Name()] = w
+	}
+	return m
+}
+
+// maxRunWait is the longest a thread waited for a CPU between two
+// selfRunWaits: the generator loop's thread, usually (its goroutine runs
+// on one thread while it spins). Not the sum: the harness's threads share
+// the generator's one CPU and wait for each other, behind the spinning loop
+// too, which is not time the loop lost. 0 when unknown.
+func maxRunWait(w0, w1 map[string]time.Duration) time.Duration {
+	var m time.Duration
+	for tid, b := range w1 {
+		if a, ok := w0[tid]; ok {
+			m = max(m, b-a)
+		}
+	}
+	return m
+}
+
+// runWait is the run-queue wait of a schedstat line: "<on CPU ns> <waiting
+// ns> <timeslices>".
+func runWait(schedstat []byte) (time.Duration, bool) {
+	f := strings.Fields(string(schedstat))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	return time.Duration(ns), err == nil && ns >= 0
+}
+
 // procStatus returns a field of /proc/PID/status, such as VmRSS (in KiB for
 // the Vm fields) or Cpus_allowed_list.
 func procStatus(pid int, field string) (string, error) {

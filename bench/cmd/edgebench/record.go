@@ -64,6 +64,9 @@ type Usage struct {
 	Util    float64 `json:"util"`                // CPU seconds per second (1 = one core busy)
 	UsPerOp float64 `json:"us_per_op,omitempty"` // CPU microseconds per operation
 	RSSKiB  int64   `json:"rss_kib,omitempty"`
+	// The generator only: the longest one of its threads waited, runnable,
+	// for a CPU in the window (the machine was busy; maxRunWait).
+	RunWaitS float64 `json:"run_wait_s,omitempty"`
 }
 
 // sampler takes the server's and the harness's CPU times at the edges of a
@@ -84,6 +87,7 @@ type sampler struct {
 	t0, t1       time.Time
 	s0, s1       cpuTimes
 	c0, c1       cpuTimes
+	w0, w1       map[string]time.Duration // selfRunWaits at the window's edges
 	rss          int64
 	io0, io1     ioCalls // with stat: reads and writes at the window's edges
 	ioErr        error
@@ -107,13 +111,13 @@ func (s *sampler) start() {
 		s.io0, s.ioErr = procIOs(s.pids)
 	}
 	s.t0 = time.Now()
-	s.c0 = selfCPU()
+	s.c0, s.w0 = selfCPU(), selfRunWaits()
 	s.s0, s.err = procCPUs(s.pids)
 }
 
 func (s *sampler) end() {
 	s.t1 = time.Now()
-	s.c1 = selfCPU()
+	s.c1, s.w1 = selfCPU(), selfRunWaits()
 	var err error
 	if s.s1, err = procCPUs(s.pids); err != nil && s.err == nil {
 		s.err = err
@@ -159,6 +163,7 @@ func (s *sampler) usage(ops int64) (server, client *Usage) {
 		return u
 	}
 	server, client = mk(s.s1.sub(s.s0)), mk(s.c1.sub(s.c0))
+	client.RunWaitS = maxRunWait(s.w0, s.w1).Seconds()
 	server.RSSKiB = s.rss
 	return server, client
 }

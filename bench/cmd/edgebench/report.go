@@ -249,6 +249,8 @@ func writeReport(dir string, recs []Record) error {
 		{"W5", "W5: cancellation storm (edge only)", w5Section},
 		{"W6", "W6: connection churn (connect, upgrade, one echo, close)", w6Section},
 		{"W7", "W7: large and fragmented messages", w7Section},
+		{"W1-wss", "W1-wss: unary echo over wss:// (TLS)", w1wssSection},
+		{"W3-wss", "W3-wss: idle connections over wss:// (TLS)", w3wssSection},
 		{"P1", "P1: proxied (clients -> X -> upstream edge)", p1Section},
 	}
 	for _, s := range sections {
@@ -338,15 +340,18 @@ func grid(r *report, w string, f func(*Record) float64) ([]string, []string, [][
 	return variants, peers, vals
 }
 
-func w1Section(r *report, b *strings.Builder) []panel {
-	variants, peers := r.axes("W1")
+func w1Section(r *report, b *strings.Builder) []panel { return w1Table(r, b, "W1") }
+
+// w1Table is W1's table and charts for workload w (W1, or W1-wss).
+func w1Table(r *report, b *strings.Builder, w string) []panel {
+	variants, peers := r.axes(w)
 	t := table{head: []string{"variant", "server", "req/s", "vs edge", "server CPU us/req", "vs edge", "server util", "syscalls/req", "generator us/req", "generator util", "p50 us", "p99 us", "p99.9 us"}}
 	for _, v := range variants {
-		e := r.get("W1", v, "edge")
+		e := r.get(w, v, "edge")
 		for _, p := range peers {
-			x := r.get("W1", v, p)
+			x := r.get(w, v, p)
 			if failed(x) || x == nil {
-				t.add(v, p, failCell(x), "", "", "", "", "", "", "", "", "", "")
+				t.add(v, p, skipCell(x), "", "", "", "", "", "", "", "", "", "")
 				continue
 			}
 			t.add(v, p, num(tput(x)), ratio(tput(x), tput(e)), num(srvCPU(x)), ratio(srvCPU(x), srvCPU(e)), util(x),
@@ -358,8 +363,8 @@ func w1Section(r *report, b *strings.Builder) []panel {
 		"this VM wakes late, which would turn the loop into a latency-bound ping-pong); its util and CPU figures leave out " +
 		"the polling that found nothing to do.\n\n")
 	b.WriteString(t.String())
-	g, s, tv := grid(r, "W1", tput)
-	_, _, cv := grid(r, "W1", srvCPU)
+	g, s, tv := grid(r, w, tput)
+	_, _, cv := grid(r, w, srvCPU)
 	return []panel{{title: "throughput", unit: "req/s", groups: g, series: s, vals: tv},
 		{title: "server CPU per request (lower is better)", unit: "us/req", groups: g, series: s, vals: cv}}
 }
@@ -396,29 +401,39 @@ func w2Section(r *report, b *strings.Builder) []panel {
 		{title: "p99.9 latency (lower is better)", unit: "us", groups: g, series: s, vals: v999}}
 }
 
-func w3Section(r *report, b *strings.Builder) []panel {
-	variants, peers := r.axes("W3")
-	t := table{head: []string{"connections", "server", "established", "RSS MiB", "RSS/conn KiB", "vs edge", "heap/conn KiB", "ramp conns/s"}}
-	perConn := func(x *Record) float64 {
-		if x == nil || !x.OK || x.RSSPerConnKiB == 0 {
-			return math.NaN()
-		}
-		return x.RSSPerConnKiB
+func w3Section(r *report, b *strings.Builder) []panel { return w3Table(r, b, "W3") }
+
+// rssPerConn is a W3 record's RSS per connection (NaN when not measured).
+func rssPerConn(x *Record) float64 {
+	if x == nil || !x.OK || x.RSSPerConnKiB == 0 {
+		return math.NaN()
 	}
+	return x.RSSPerConnKiB
+}
+
+// heapPerConn is a W3 record's live heap per connection (NaN when not
+// measured).
+func heapPerConn(x *Record) float64 {
+	if x == nil || !x.OK || x.HeapPerConnKiB <= 0 {
+		return math.NaN()
+	}
+	return x.HeapPerConnKiB
+}
+
+// w3Table is W3's table and chart for workload w (W3, or W3-wss).
+func w3Table(r *report, b *strings.Builder, w string) []panel {
+	variants, peers := r.axes(w)
+	t := table{head: []string{"connections", "server", "established", "RSS MiB", "RSS/conn KiB", "vs edge", "heap/conn KiB", "ramp conns/s"}}
 	for _, v := range variants {
-		e := r.get("W3", v, "edge")
+		e := r.get(w, v, "edge")
 		for _, p := range peers {
-			x := r.get("W3", v, p)
+			x := r.get(w, v, p)
 			if failed(x) || x == nil {
-				t.add(v, p, failCell(x), "", "", "", "", "")
+				t.add(v, p, skipCell(x), "", "", "", "", "")
 				continue
 			}
-			heap := math.NaN()
-			if x.HeapPerConnKiB > 0 {
-				heap = x.HeapPerConnKiB
-			}
-			t.add(v, p, fmt.Sprint(x.Conns), num(float64(x.RSSKiB)/1024), num(perConn(x)), ratio(perConn(x), perConn(e)),
-				num(heap), num(x.Throughput))
+			t.add(v, p, fmt.Sprint(x.Conns), num(float64(x.RSSKiB)/1024), num(rssPerConn(x)), ratio(rssPerConn(x), rssPerConn(e)),
+				num(heapPerConn(x)), num(x.Throughput))
 		}
 	}
 	b.WriteString("Connections are opened (centrifuge: and connected), then held without traffic. RSS/conn is (VmRSS after the " +
@@ -426,7 +441,7 @@ func w3Section(r *report, b *strings.Builder) []panel {
 		"before, per connection; for the peers, the live heap of the last GC during the ramp (GODEBUG=gctrace=1, MB resolution) " +
 		"over the connections open then, left out when too coarse.\n\n")
 	b.WriteString(t.String())
-	g, s, v := grid(r, "W3", perConn)
+	g, s, v := grid(r, w, rssPerConn)
 	return []panel{{title: "resident memory per idle connection (lower is better)", unit: "KiB/conn", groups: g, series: s, vals: v}}
 }
 
@@ -558,4 +573,50 @@ func w7Section(r *report, b *strings.Builder) []panel {
 	_, _, l := grid(r, "W7", func(x *Record) float64 { return extra(x, "small_during.latency.p99_us") })
 	return []panel{{title: "large-message echo throughput", unit: "MB/s", groups: g, series: s, vals: v},
 		{title: "small-request p99 during the large transfers (lower is better)", unit: "us", groups: g, series: s, vals: l}}
+}
+
+// wssIntro opens the wss:// sections.
+const wssIntro = "The workload above it over `wss://`: edge with `--tls-cert`/`--tls-key`, gorilla behind " +
+	"`http.Server.ServeTLS`, both Go's crypto/tls with its defaults and the run's self-signed ECDSA P-256 " +
+	"certificate. The generator is a crypto/tls client (TLS 1.2 and later, Go's default suites and key " +
+	"exchanges, no certificate verification, no session cache and no tickets: every connection makes a full " +
+	"handshake; 16 KiB records); under TLS it also encrypts and decrypts, so check its util for a " +
+	"generator-bound row. What was negotiated is in the notes. A *skipped* edge row: that edge does not " +
+	"take --tls-cert.\n\n"
+
+func w1wssSection(r *report, b *strings.Builder) []panel {
+	b.WriteString(wssIntro)
+	panels := w1Table(r, b, "W1-wss")
+	wsVsWss(r, b, "W1", "req/s", tput, "server CPU us/req", srvCPU)
+	return panels
+}
+
+func w3wssSection(r *report, b *strings.Builder) []panel {
+	b.WriteString(wssIntro)
+	panels := w3Table(r, b, "W3-wss")
+	wsVsWss(r, b, "W3", "RSS/conn KiB", rssPerConn, "heap/conn KiB", heapPerConn)
+	return panels
+}
+
+// wsVsWss adds, for every server and variant run both ways in the run, the
+// plaintext workload w beside w-wss: figures a and c (named an and cn), the
+// ratios wss / ws and c's difference (what TLS costs per operation or per
+// connection).
+func wsVsWss(r *report, b *strings.Builder, w, an string, a func(*Record) float64, cn string, c func(*Record) float64) {
+	variants, peers := r.axes(w + "-wss")
+	t := table{head: []string{"variant", "server", an + " ws", an + " wss", "wss / ws", cn + " ws", cn + " wss", "wss / ws", "wss - ws"}}
+	for _, v := range variants {
+		for _, p := range peers {
+			x, y := r.get(w, v, p), r.get(w+"-wss", v, p)
+			if x == nil || y == nil || !x.OK || !y.OK {
+				continue
+			}
+			t.add(v, p, num(a(x)), num(a(y)), ratio(a(y), a(x)), num(c(x)), num(c(y)), ratio(c(y), c(x)), num(c(y)-c(x)))
+		}
+	}
+	if len(t.rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s vs %s-wss, each server against itself (same run, separate processes):\n\n", w, w)
+	b.WriteString(t.String())
 }

@@ -21,17 +21,18 @@ import (
 // peerNames are the servers the suite knows, edge first.
 var peerNames = []string{"edge", "raw", "geth", "centrifuge", "nbio", "gorilla"}
 
-// build compiles edge (cmd/edge of the root module) and each available peer
-// (bench/peers/<name>, its own module) into dir. A peer that is missing or
-// does not build is reported in failed and left out; edge failing is an error.
-func build(ctx context.Context, goBin, root, dir string, peers []string, logf func(string, ...any)) (bins map[string]string, failed map[string]error, err error) {
+// build compiles edge (cmd/edge of the edge module at edgeSrc, usually
+// root) and each available peer (root's bench/peers/<name>, each its own
+// module) into dir. A peer that is missing or does not build is reported in
+// failed and left out; edge failing is an error.
+func build(ctx context.Context, goBin, root, edgeSrc, dir string, peers []string, logf func(string, ...any)) (bins map[string]string, failed map[string]error, err error) {
 	bins, failed = map[string]string{}, map[string]error{}
 	for _, p := range peers {
 		out := filepath.Join(dir, p)
 		var cmd *exec.Cmd
 		if p == "edge" {
 			cmd = exec.CommandContext(ctx, goBin, "build", "-o", out, "./cmd/edge")
-			cmd.Dir = root
+			cmd.Dir = edgeSrc
 		} else {
 			src := filepath.Join(root, "bench", "peers", p)
 			if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
@@ -103,6 +104,7 @@ type serverSpec struct {
 	gcConns func() int64 // client connections open now (for gctrace)
 	pprof   bool         // edge only: serve net/http/pprof on a loopback port
 	extra   []string     // edge only: more flags
+	tls     *certFiles   // serve wss:// with this certificate (edge and gorilla take the same flags)
 }
 
 var gcLine = regexp.MustCompile(`^gc \d+ @.*?(\d+)->(\d+)->(\d+) MB, \d+ MB goal, (\d+) MB stacks`)
@@ -120,6 +122,7 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 		}
 		args = append(args, sp.extra...)
 	}
+	args = append(args, sp.tls.args()...)
 	cmd := exec.Command(sp.bin, args...)
 	env := append(os.Environ(), "GOMAXPROCS=1")
 	if sp.gctrace {

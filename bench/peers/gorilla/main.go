@@ -13,12 +13,16 @@
 //	<- {"jsonrpc":"2.0","method":"event","params":{"subscriptionId":"s1","seq":1,"data":D}}  (to every subscriber)
 //	<- {"jsonrpc":"2.0","id":3,"result":{"delivered":1}}
 //
-// Usage: gorilla --listen 127.0.0.1:0. Once accepting it prints one line
-// "listening <host:port>" to stdout; logs go to stderr; SIGTERM/SIGINT exit 0.
+// Usage: gorilla --listen 127.0.0.1:0 [--tls-cert FILE --tls-key FILE]. Once
+// accepting it prints one line "listening <host:port>" to stdout; logs go to
+// stderr; SIGTERM/SIGINT exit 0. With --tls-cert and --tls-key it serves
+// wss:// on the same listener (http.Server.ServeTLS: crypto/tls with Go's
+// defaults, TLS 1.2 and later).
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -58,11 +62,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorilla", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "", "address to listen on, host:port (port 0 picks a free port)")
+	certFile := fs.String("tls-cert", "", "serve wss:// with this PEM certificate (chain) file; needs --tls-key")
+	keyFile := fs.String("tls-key", "", "the PEM private key of --tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *listen == "" {
 		return errors.New("--listen is required")
+	}
+	if (*certFile == "") != (*keyFile == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if *certFile != "" {
+		// Load them now: a bad file is an error before the listening line.
+		if _, err := tls.LoadX509KeyPair(*certFile, *keyFile); err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -71,7 +86,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	h := newHub()
 	srv := &http.Server{Handler: h, ErrorLog: log.New(stderr, "gorilla: ", 0)}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if *certFile != "" {
+			served <- srv.ServeTLS(ln, *certFile, *keyFile)
+		} else {
+			served <- srv.Serve(ln)
+		}
+	}()
 	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
 
 	select {

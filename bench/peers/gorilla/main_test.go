@@ -3,7 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,14 +18,15 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// start runs the peer on 127.0.0.1:0 and returns its address; the peer is
-// stopped (and must return nil) when the test ends.
-func start(t *testing.T) string {
+// start runs the peer on 127.0.0.1:0 with extra flags and returns its
+// address; the peer is stopped (and must return nil) when the test ends.
+func start(t *testing.T, extra ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--listen", "127.0.0.1:0"}, pw, io.Discard) }()
+	args := append([]string{"--listen", "127.0.0.1:0"}, extra...)
+	go func() { done <- run(ctx, args, pw, io.Discard) }()
 	lines := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(pr).ReadString('\n')
@@ -54,8 +62,12 @@ func start(t *testing.T) string {
 
 func dial(t *testing.T, addr string) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	ws, _, err := d.Dial("ws://"+addr+"/", nil)
+	return dialURL(t, websocket.Dialer{HandshakeTimeout: 5 * time.Second}, "ws://"+addr+"/")
+}
+
+func dialURL(t *testing.T, d websocket.Dialer, url string) *websocket.Conn {
+	t.Helper()
+	ws, _, err := d.Dial(url, nil)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -100,4 +112,50 @@ func TestEchoAndFanOut(t *testing.T) {
 
 	send(t, b, `{"jsonrpc":"2.0","id":3,"method":"nope","params":{}}`)
 	expect(t, b, `{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"Method not found"}}`)
+}
+
+// TestTLS serves wss:// with --tls-cert and --tls-key (the certificate of
+// net/http/httptest, written to files) and answers an echo over it; a
+// plain ws:// client gets no upgrade.
+func TestTLS(t *testing.T) {
+	ts := httptest.NewTLSServer(http.NotFoundHandler())
+	kp := ts.TLS.Certificates[0]
+	ts.Close()
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	kder, err := x509.MarshalPKCS8PrivateKey(kp.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := start(t, "--tls-cert", cert, "--tls-key", key)
+	ws := dialURL(t, websocket.Dialer{HandshakeTimeout: 5 * time.Second,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, "wss://"+addr+"/")
+	send(t, ws, `{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":[1]}`)
+	expect(t, ws, `{"jsonrpc":"2.0","id":1,"result":[1]}`)
+	if c, _, err := (&websocket.Dialer{HandshakeTimeout: 5 * time.Second}).Dial("ws://"+addr+"/", nil); err == nil {
+		c.Close()
+		t.Fatal("a ws:// client was upgraded by the wss:// server")
+	}
+}
+
+// TestTLSFlags: --tls-cert without --tls-key, and unreadable files, are
+// errors before the listening line.
+func TestTLSFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--tls-cert", "x.pem"},
+		{"--tls-key", "x.pem"},
+		{"--tls-cert", filepath.Join(t.TempDir(), "none.pem"), "--tls-key", filepath.Join(t.TempDir(), "none.pem")},
+	} {
+		var out strings.Builder
+		err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, args...), &out, io.Discard)
+		if err == nil || out.Len() > 0 {
+			t.Errorf("%v: err %v, stdout %q", args, err, out.String())
+		}
+	}
 }
