@@ -252,6 +252,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	co := clusterOpts{edgePprof: edgePprof && o.pprof}
+	if slices.ContainsFunc(phases, func(p phase) bool { return p.cluster && p.peer != "direct" }) {
+		co.natsdBin, co.natsdErr = buildNatsd(ctx, o.goBin, o.root, binDir)
+		if co.natsdErr != nil {
+			logf("WARNING: %v: C1 runs without NATS", co.natsdErr)
+		}
+	}
+
 	if o.nice != 0 {
 		if err := reniceSelf(o.nice); err != nil {
 			logf("WARNING: cannot renice: %v", err)
@@ -309,7 +317,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if (p.peer == "edge" || p.proxied) && len(o.edgeArgs) > 0 {
 			rec.Notes = append(rec.Notes, "edge flags: "+strings.Join(o.edgeArgs, " "))
 		}
-		if p.proxied {
+		if p.cluster {
+			if _, ok := bins["edge"]; ok {
+				co.edgeBin = bins["edge"]
+				runCluster(ctx, p, co, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, "edge"), statEvents: statEvents,
+					edgeArgs: o.edgeArgs}, &rec, logf)
+			} else {
+				rec.Error = fmt.Sprintf("not built: %v", buildFailed["edge"])
+			}
+		} else if p.proxied {
 			if _, ok := bins["edge"]; ok {
 				runProxied(ctx, p, po, pin, o.out, phaseOpts{statEvents: statEvents, edgeArgs: o.edgeArgs}, &rec, logf)
 			} else {
@@ -431,12 +447,12 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 }
 
 // serversOf lists the servers to build for phases, in the order of peers:
-// those the phases run, and edge for P1 (its upstream and its proxy).
+// those the phases run, and edge for P1 (its upstream and its proxy) and C1.
 func serversOf(phases []phase, peers []string) []string {
 	var out []string
 	for _, name := range peers {
 		if slices.ContainsFunc(phases, func(p phase) bool {
-			return p.peer == name && !p.proxied || name == "edge" && p.proxied
+			return p.peer == name && !p.proxied && !p.cluster || name == "edge" && (p.proxied || p.cluster)
 		}) {
 			out = append(out, name)
 		}

@@ -43,6 +43,9 @@ type matrix struct {
 	p1HoldConns   int         // P1's in-flight phase: connections x calls each (0: none)
 	p1HoldPerConn int
 	p1HoldSettle  time.Duration
+
+	c1         []w1Variant // C1's closed-loop variants, each run for every X
+	c1Clusters []string    // which of clusterNames run
 }
 
 type w1Variant struct{ conns, window, size int }
@@ -88,6 +91,7 @@ func standardMatrix() matrix {
 		// is edge's default --max-conn-tasks.
 		p1: []w1Variant{{4, 64, 16}, {50, 1, 16}}, p1Proxies: proxyNames,
 		p1HoldConns: 256, p1HoldPerConn: 256, p1HoldSettle: time.Second,
+		c1: []w1Variant{{4, 64, 16}, {50, 1, 16}}, c1Clusters: clusterNames,
 	}
 }
 
@@ -104,6 +108,8 @@ func quickMatrix() matrix {
 		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
 		p1:        []w1Variant{{4, 64, 16}, {50, 1, 16}}, p1Proxies: proxyNames,
 		p1HoldConns: 64, p1HoldPerConn: 64, p1HoldSettle: 200 * time.Millisecond,
+		// One short phase: the cluster starts and carries the load.
+		c1: []w1Variant{{4, 64, 16}}, c1Clusters: []string{"nats-2w"},
 	}
 }
 
@@ -180,6 +186,9 @@ type phase struct {
 	proxied     bool
 	holdCalls   int
 	holdPerConn int
+	// cluster (C1): peer is X (direct, nats-1w, nats-2w); runCluster starts
+	// edge and, for nats-*, natsd and the workers.
+	cluster bool
 }
 
 // phaseCtx is what a phase's run gets: the running server and the record
@@ -195,10 +204,15 @@ type phaseCtx struct {
 	// proxy's, nil for direct).
 	up     *server
 	upSamp *sampler
+	// C1: natsd and the workers, and their samplers (nil for direct).
+	nats        *server
+	natsSamp    *sampler
+	workers     []*server
+	workerSamps []*sampler
 }
 
 // allWorkloads lists the workload names in order.
-var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7", "P1"}
+var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7", "P1", "C1"}
 
 // phases builds the run's phase list for the chosen workloads and peers.
 func (m matrix) phases(workloads, peers []string) []phase {
@@ -271,6 +285,15 @@ func (m matrix) phases(workloads, peers []string) []phase {
 		}
 		if m.p1HoldConns > 0 && slices.Contains(m.p1Proxies, "edge") {
 			ps = append(ps, m.p1HoldPhase(m.p1HoldConns, m.p1HoldPerConn))
+		}
+	}
+	// C1 is edge's (with NATS and workers): it runs when edge is among the
+	// servers.
+	if has("C1") && slices.Contains(peers, "edge") {
+		for _, v := range m.c1 {
+			for _, x := range m.c1Clusters {
+				ps = append(ps, m.c1Phase(v, x))
+			}
 		}
 	}
 	return ps
