@@ -139,7 +139,9 @@ func (c *child) start(out io.Writer, outMu *sync.Mutex) error {
 		return fmt.Errorf("%s: %w", c.name, err)
 	}
 	var fieldsMu sync.Mutex
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		seen := false
@@ -168,6 +170,7 @@ func (c *child) start(out io.Writer, outMu *sync.Mutex) error {
 	go func() {
 		c.err = c.cmd.Wait()
 		pw.Close()
+		<-scanned // its last lines are out before it counts as stopped
 		close(c.done)
 	}()
 	return nil
