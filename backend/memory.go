@@ -27,12 +27,12 @@ var (
 type Memory struct {
 	mu     sync.Mutex
 	gates  map[string][]chan struct{} // guarded by mu: waiters by gate name
-	topics map[string]*topic          // guarded by mu: edge/topic subscribers by name
+	topics map[string]*Fanout         // guarded by mu: edge/topic subscribers by name
 }
 
 // NewMemory returns an empty memory backend.
 func NewMemory() *Memory {
-	return &Memory{gates: make(map[string][]chan struct{}), topics: make(map[string]*topic)}
+	return &Memory{gates: make(map[string][]chan struct{}), topics: make(map[string]*Fanout)}
 }
 
 // NonBlocking reports whether Call(method) never blocks, for

@@ -8,15 +8,96 @@ import (
 	json "github.com/goccy/go-json"
 )
 
-// topic is a fan-out channel of the memory backend: edge/publish emits one
-// event to every edge/topic subscriber of a name. Used by the fan-out
-// benchmark (bench W4); not part of OECP v1.
-type topic struct {
+// Fanout is the local fan-out of one topic: the edge/topic subscribers of a
+// name on this process, each an event stream of the gateway. A publish
+// emits one event to every member without waiting; a member whose buffer is
+// full is closed SLOW_CONSUMER by its stream (CONTRACT.md section 6). The
+// memory backend's topics and the NATS topics (package topics) both deliver
+// through it. Safe for concurrent use.
+type Fanout struct {
 	mu   sync.Mutex
-	seq  int64               // guarded by mu: last published sequence number
+	seq  int64               // guarded by mu: last sequence number of Publish
 	subs map[Stream]struct{} // guarded by mu
+	buf  []byte              // guarded by mu: scratch for an event's members
 }
 
+// Join adds s; it gets the events published from now on. It returns the
+// number of members.
+func (f *Fanout) Join(s Stream) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs == nil {
+		f.subs = make(map[Stream]struct{})
+	}
+	f.subs[s] = struct{}{}
+	return len(f.subs)
+}
+
+// Leave removes s and returns the number of members left.
+func (f *Fanout) Leave(s Stream) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.subs, s)
+	return len(f.subs)
+}
+
+// Len is the number of members.
+func (f *Fanout) Len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs)
+}
+
+// Publish emits data (raw JSON) with the next sequence number of f as seq
+// and cursor, and returns the number of members whose buffer took it.
+func (f *Fanout) Publish(data []byte) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	return f.emitLocked(f.seq, data)
+}
+
+// PublishSeq emits data with seq, a sequence number given by the caller
+// (a JetStream stream sequence), as seq and cursor, and returns the number
+// of members whose buffer took it.
+func (f *Fanout) PublishSeq(seq int64, data []byte) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.emitLocked(seq, data)
+}
+
+func (f *Fanout) emitLocked(seq int64, data []byte) int {
+	var cursor, body []byte
+	f.buf, cursor, body = TopicEvent(f.buf[:0], seq, data)
+	delivered := 0
+	for s := range f.subs {
+		if s.Emit(cursor, body) {
+			delivered++
+		}
+	}
+	return delivered
+}
+
+// TopicEvent appends to dst an edge/topic event with sequence number seq
+// and data (raw JSON, null when empty), and returns dst and, sliced from
+// it, the event's cursor `"<seq>"` and its members for Stream.Emit:
+// `"cursor":"<seq>","seq":<seq>,"data":<data>` (CONTRACT.md section 8).
+func TopicEvent(dst []byte, seq int64, data []byte) (buf, cursor, body []byte) {
+	if len(data) == 0 {
+		data = []byte("null")
+	}
+	start := len(dst)
+	dst = append(dst, `"cursor":"`...)
+	c := len(dst) - 1
+	dst = strconv.AppendInt(dst, seq, 10)
+	dst = append(dst, '"')
+	ce := len(dst)
+	dst = strconv.AppendInt(append(dst, `,"seq":`...), seq, 10)
+	dst = append(append(dst, `,"data":`...), data...)
+	return dst, dst[c:ce], dst[start:]
+}
+
+// topicParams are the params of edge/topic and edge/publish.
 type topicParams struct {
 	Name *string         `json:"name"`
 	Data json.RawMessage `json:"data"`
@@ -33,23 +114,17 @@ func (m *Memory) subscribeTopic(ctx context.Context, params []byte, s Stream) er
 	m.mu.Lock()
 	t := m.topics[*p.Name]
 	if t == nil {
-		t = &topic{subs: make(map[Stream]struct{})}
+		t = &Fanout{}
 		m.topics[*p.Name] = t
 	}
-	t.mu.Lock()
-	t.subs[s] = struct{}{}
-	t.mu.Unlock()
+	t.Join(s)
 	m.mu.Unlock()
 
 	s.Establish(subscriptionResult(s.ID(), ""))
 	<-ctx.Done()
 
 	m.mu.Lock()
-	t.mu.Lock()
-	delete(t.subs, s)
-	empty := len(t.subs) == 0
-	t.mu.Unlock()
-	if empty && m.topics[*p.Name] == t {
+	if t.Leave(s) == 0 && m.topics[*p.Name] == t {
 		delete(m.topics, *p.Name)
 	}
 	m.mu.Unlock()
@@ -63,30 +138,19 @@ func (m *Memory) publish(params, dst []byte) ([]byte, error) {
 	if err := json.Unmarshal(params, &p); err != nil || p.Name == nil {
 		return dst, SchemaViolation(nil)
 	}
-	data := []byte(p.Data)
-	if len(data) == 0 {
-		data = []byte("null")
-	}
 	m.mu.Lock()
 	t := m.topics[*p.Name]
 	m.mu.Unlock()
 	delivered := 0
 	if t != nil {
-		t.mu.Lock()
-		t.seq++
-		cursor := strconv.AppendInt([]byte{'"'}, t.seq, 10)
-		cursor = append(cursor, '"')
-		body := append(append([]byte(`"cursor":`), cursor...), `,"seq":`...)
-		body = strconv.AppendInt(body, t.seq, 10)
-		body = append(append(body, `,"data":`...), data...)
-		for s := range t.subs {
-			if s.Emit(cursor, body) {
-				delivered++
-			}
-		}
-		t.mu.Unlock()
+		delivered = t.Publish(p.Data)
 	}
+	return AppendDelivered(dst, delivered), nil
+}
+
+// AppendDelivered appends edge/publish's result {"delivered":n}.
+func AppendDelivered(dst []byte, n int) []byte {
 	dst = append(dst, `{"delivered":`...)
-	dst = strconv.AppendInt(dst, int64(delivered), 10)
-	return append(dst, '}'), nil
+	dst = strconv.AppendInt(dst, int64(n), 10)
+	return append(dst, '}')
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/openengine/edge/admin"
 	"github.com/openengine/edge/rpc"
+	"github.com/openengine/edge/topics"
 	"github.com/openengine/edge/upstream"
 )
 
@@ -38,6 +39,7 @@ type readiness struct {
 	stage   atomic.Int32         // a stage
 	srv     *rpc.Server          // immutable after newReadiness
 	targets []*upstream.Upstream // immutable after newReadiness: each once, in order
+	topics  *topics.Topics       // immutable after run set it: --nats, nil without
 }
 
 // newReadiness returns the readiness of srv with the upstreams of ups that
@@ -86,6 +88,9 @@ func (r *readiness) reasons() []string {
 		if up, total := u.Connected(); up == 0 {
 			out = append(out, fmt.Sprintf("upstream %s: %d of %d connections up", u.Name(), up, total))
 		}
+	}
+	if r.topics != nil && !r.topics.Ready() {
+		out = append(out, r.topics.Describe()+": not connected")
 	}
 	return out
 }

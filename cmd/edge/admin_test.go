@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/openengine/edge/dashboard/dashboardtest"
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testgw"
+	"github.com/openengine/edge/internal/testnats"
 	"github.com/openengine/edge/loop"
 )
 
@@ -178,6 +181,19 @@ func TestAdminReadyzUpstream(t *testing.T) {
 
 	testgw.Stop(t, up.Srv)
 	e.untilReady(http.StatusServiceUnavailable, "upstream engine: 0 of 2 connections up")
+}
+
+// TestAdminReadyzNATS: with --nats, /readyz answers 503 naming the topics
+// while the NATS server is unreachable, and 200 once edge has connected.
+func TestAdminReadyzNATS(t *testing.T) {
+	addr := testgw.FreeAddr(t, "127.0.0.1") // closed now
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0",
+		"--nats", "nats://"+addr, "--upstream-backoff-max", "50ms")
+	e.untilReady(http.StatusServiceUnavailable, "nats topics nats://"+addr+": not connected")
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	testnats.StartWith(t, testnats.Config{Port: p})
+	e.untilReady(http.StatusOK, "")
 }
 
 // TestAdminStdio: the admin listener serves beside --stdio too: ready while

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -108,6 +109,20 @@ upstream = ["a=tcp://127.0.0.1:9001", "b=exec:edge --stdio"]
 	}
 }
 
+// TestConfigTopics: the topics flags (CONTRACT.md section 13) come from the
+// environment and the --config file like every flag.
+func TestConfigTopics(t *testing.T) {
+	file := writeFile(t, "edge.toml", "jetstream = true\njetstream-max-age = \"1h\"\njetstream-max-bytes = 1048576\n")
+	c, err := loadConfig([]string{"--config", file}, []string{"EDGE_NATS=nats://127.0.0.1:4222", "EDGE_NATS_PREFIX=eu.prod"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.opts.topics
+	if tc.URL != "nats://127.0.0.1:4222" || tc.Prefix != "eu.prod" || !tc.JetStream || tc.MaxAge != time.Hour || tc.MaxBytes != 1<<20 {
+		t.Errorf("topics config %+v", tc)
+	}
+}
+
 // TestConfigEnvList: a list in the environment is a TOML array of strings,
 // or one plain string for a list of one; durations and booleans read as on
 // the command line.
@@ -166,6 +181,9 @@ func TestConfigRefused(t *testing.T) {
 		{name: "route without upstream", file: "route = [\"x=memory\"]\n", want: []string{"--route needs an --upstream (from config FILE)"}},
 		{name: "pprof without admin", environ: []string{"EDGE_ADMIN_PPROF=true"}, want: []string{"--admin-pprof needs --admin-listen (from environment variable EDGE_ADMIN_PPROF)"}},
 		{name: "admin on the data port", args: []string{"--listen", "127.0.0.1:8080", "--admin-listen", "127.0.0.1:8080"}, want: []string{"--admin-listen 127.0.0.1:8080 is also the --listen address"}},
+		{name: "jetstream without nats", environ: []string{"EDGE_JETSTREAM=true"}, want: []string{"--jetstream needs --nats (from environment variable EDGE_JETSTREAM)"}},
+		{name: "bad nats prefix", file: "nats = \"nats://127.0.0.1:4222\"\nnats-prefix = \"a.*\"\n", want: []string{`nats-prefix "a.*"`, "(from config FILE)"}},
+		{name: "bad jetstream limit", args: []string{"--nats", "nats://127.0.0.1:4222", "--jetstream", "--jetstream-max-bytes", "0"}, want: []string{"jetstream-max-bytes 0 must be positive"}},
 		{name: "bad admin address", file: "admin-listen = \"nowhere\"\n", want: []string{`admin-listen "nowhere"`, "(from config FILE)"}},
 		{
 			name:    "every problem at once",

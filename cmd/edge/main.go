@@ -25,6 +25,7 @@ import (
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/metrics"
 	"github.com/openengine/edge/rpc"
+	"github.com/openengine/edge/topics"
 	"github.com/openengine/edge/upstream"
 )
 
@@ -63,6 +64,10 @@ type options struct {
 	upstreams  []upstream.Spec
 	routes     []upstream.Route
 	upstream   upstream.Config
+	topics     topics.Config // --nats, --nats-prefix, --jetstream*
+	// topicsMaxBytes is --jetstream-max-bytes (an int flag, as config.go
+	// knows them), copied into topics.MaxBytes by check.
+	topicsMaxBytes int
 
 	configFile  string // --config: the TOML file read under the environment
 	adminListen string
@@ -180,6 +185,11 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
+	fs.StringVar(&o.topics.URL, "nats", "", "NATS server `URL` (nats://HOST:PORT): edge/publish on any edge reaches the edge/topic subscribers of every edge (off when empty)")
+	fs.StringVar(&o.topics.Prefix, "nats-prefix", topics.DefaultPrefix, "subject prefix of the topics over --nats: topic NAME is the subject PREFIX.topic.NAME")
+	fs.BoolVar(&o.topics.JetStream, "jetstream", false, "keep the topics of --nats in the JetStream stream PREFIX_topics (created if missing): cursors are stream sequences and edge/topic takes fromCursor")
+	fs.DurationVar(&o.topics.MaxAge, "jetstream-max-age", topics.DefaultMaxAge, "when edge creates the --jetstream stream: how long it keeps an event")
+	fs.IntVar(&o.topicsMaxBytes, "jetstream-max-bytes", topics.DefaultMaxBytes, "when edge creates the --jetstream stream: the bytes it keeps (the oldest events go first)")
 	return secret
 }
 
@@ -238,6 +248,31 @@ func (o *options) check() []error {
 		errs = append(errs, fmt.Errorf("worker-idle %s must be positive", o.workerIdle))
 	}
 	errs = append(errs, o.checkAdmin()...)
+	errs = append(errs, o.checkTopics()...)
+	return errs
+}
+
+// checkTopics checks the flags of the topics over NATS (CONTRACT.md
+// section 13).
+func (o *options) checkTopics() []error {
+	t := &o.topics
+	t.MaxBytes = int64(o.topicsMaxBytes)
+	var errs []error
+	if t.URL == "" {
+		if t.JetStream {
+			errs = append(errs, errors.New("--jetstream needs --nats"))
+		}
+		return errs
+	}
+	if t.Prefix == "" || !topics.ValidName(t.Prefix) {
+		errs = append(errs, fmt.Errorf("nats-prefix %q: want dot-separated tokens without spaces, '*' or '>'", t.Prefix))
+	}
+	if t.MaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("jetstream-max-age %s must be positive", t.MaxAge))
+	}
+	if t.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("jetstream-max-bytes %d must be positive", t.MaxBytes))
+	}
 	return errs
 }
 
@@ -314,6 +349,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		ups.Start()
 		defer ups.Close() // after the gateway has drained: see below
 	}
+	var tops *topics.Topics
+	if o.topics.URL != "" {
+		o.topics.Logger = logger
+		o.topics.BackoffMax = o.upstream.BackoffMax
+		if tops, err = topics.New(o.topics); err != nil {
+			return err
+		}
+		if err := tops.Start(); err != nil {
+			return err
+		}
+		defer tops.Close() // after the gateway has drained
+		forward = tops.Route(forward)
+	}
 	profile, _ := rpc.ParseProfile(o.profile)
 	srv, err := rpc.NewServer(rpc.Config{
 		Profile:                 profile,
@@ -333,6 +381,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	ready := newReadiness(srv, ups, o.routes)
+	ready.topics = tops
 	var gw *loop.Server
 	var pages map[string]http.Handler // the admin listener's metrics and dashboard
 	if !o.stdio {

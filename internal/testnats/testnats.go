@@ -4,6 +4,7 @@
 package testnats
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -25,7 +26,29 @@ func Start(t testing.TB) *server.Server {
 // stopped, for its clients to reconnect to.
 func StartPort(t testing.TB, port int) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	return StartWith(t, Config{Port: port})
+}
+
+// Config is what StartWith may set.
+type Config struct {
+	Port int // 0: a free port
+	// StoreDir, when not empty, turns JetStream on with its files there
+	// (a t.TempDir()); a server restarted on the same dir finds its
+	// streams again.
+	StoreDir string
+}
+
+// StartWith is Start with cfg.
+func StartWith(t testing.TB, cfg Config) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: cfg.Port, NoLog: true, NoSigs: true}
+	if opts.Port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	if cfg.StoreDir != "" {
+		opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,3 +63,17 @@ func StartPort(t testing.TB, port int) *server.Server {
 	})
 	return ns
 }
+
+// Restart shuts ns down, as a crash of the server would for its clients,
+// and starts a new server on the same port (and JetStream store dir,
+// storeDir, "" without JetStream), for the clients to reconnect to.
+func Restart(t testing.TB, ns *server.Server, storeDir string) *server.Server {
+	t.Helper()
+	port := Port(ns)
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	return StartWith(t, Config{Port: port, StoreDir: storeDir})
+}
+
+// Port is the client port of ns (while it runs).
+func Port(ns *server.Server) int { return ns.Addr().(*net.TCPAddr).Port }
