@@ -57,30 +57,10 @@ func runCluster(ctx context.Context, p phase, co clusterOpts, pin pinning, out s
 	logPath := func(suffix string) string { return filepath.Join(out, "logs", base+suffix+".log") }
 	pc := &phaseCtx{rec: rec, logf: logf}
 	var procs []*server // stopped in reverse order: edge, workers, natsd
-	defer func() {
-		for i := len(procs) - 1; i >= 0; i-- {
-			if serr := procs[i].stop(10 * time.Second); serr != nil {
-				rec.Notes = append(rec.Notes, "stop: "+serr.Error())
-			}
-		}
-	}()
-	exited := func() error {
-		for _, s := range procs {
-			if s.exited() {
-				return fmt.Errorf("%s exited during the run: %v", s.peer, s.waitErr)
-			}
-		}
-		return nil
-	}
+	defer stopAll(&procs, rec)
 	var extra []string
 	if n := clusterWorkers(p.peer); n > 0 {
-		if co.natsdBin == "" {
-			rec.Error = fmt.Sprintf("natsd not built: %v", co.natsdErr)
-			return
-		}
-		cmd := exec.Command(co.natsdBin, "--listen", "127.0.0.1:0")
-		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-		ns, err := launch(pctx, "natsd", cmd, logPath("-nats"), pin, nil, listeningLine)
+		ns, err := startNatsd(pctx, co, logPath("-nats"), pin)
 		if err != nil {
 			rec.Error = err.Error()
 			return
@@ -133,16 +113,53 @@ func runCluster(ctx context.Context, p phase, co clusterOpts, pin pinning, out s
 			pc.workerSamps = append(pc.workerSamps, &sampler{pids: []int{w.pid}})
 		}
 	}
-	err = p.run(pctx, pc)
-	rec.Syscalls = pc.samp.finish(rec, "")
+	runMeasured(pctx, p, pc, procs)
+}
+
+// runMeasured runs the phase against the started procs and fills the
+// record: OK, or the error (the run's, or a process that exited).
+func runMeasured(ctx context.Context, p phase, pc *phaseCtx, procs []*server) {
+	err := p.run(ctx, pc)
+	pc.rec.Syscalls = pc.samp.finish(pc.rec, "")
 	if err == nil {
-		err = exited()
+		err = exitedAny(procs)
 	}
 	if err != nil {
-		rec.Error = err.Error()
+		pc.rec.Error = err.Error()
 		return
 	}
-	rec.OK = true
+	pc.rec.OK = true
+}
+
+// startNatsd starts C1's and C2's NATS server on a free loopback port,
+// pinned as the other servers (GOMAXPROCS=1).
+func startNatsd(ctx context.Context, co clusterOpts, logPath string, pin pinning) (*server, error) {
+	if co.natsdBin == "" {
+		return nil, fmt.Errorf("natsd not built: %v", co.natsdErr)
+	}
+	cmd := exec.Command(co.natsdBin, "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	return launch(ctx, "natsd", cmd, logPath, pin, nil, listeningLine)
+}
+
+// stopAll stops the processes of a phase by pid, the last started first,
+// noting problems in rec.
+func stopAll(procs *[]*server, rec *Record) {
+	for i := len(*procs) - 1; i >= 0; i-- {
+		if serr := (*procs)[i].stop(10 * time.Second); serr != nil {
+			rec.Notes = append(rec.Notes, "stop: "+serr.Error())
+		}
+	}
+}
+
+// exitedAny says which of procs exited during the run, if any.
+func exitedAny(procs []*server) error {
+	for _, s := range procs {
+		if s.exited() {
+			return fmt.Errorf("%s exited during the run: %v", s.peer, s.waitErr)
+		}
+	}
+	return nil
 }
 
 // clusterHooks sample edge, natsd and every worker at the window's edges.
@@ -311,15 +328,168 @@ func c1Section(r *report, b *strings.Builder) []panel {
 			"every process on one core, a request waits for the others' turns.\n\n" + h.String() + "\n")
 	}
 
+	return tputCPUPanels(r, "C1", variants, xs, clusterCPU, "throughput", "req/s",
+		"total server CPU per request (lower is better)", "us/req")
+}
+
+// tputCPUPanels are a chart's two panels: the throughput of every variant x
+// X of workload w, and their total CPU per operation by cpu.
+func tputCPUPanels(r *report, w string, variants, xs []string, cpu func(*Record) float64, tTitle, tUnit, cTitle, cUnit string) []panel {
 	var tv, tc [][]float64
 	for _, v := range variants {
 		var a, c []float64
 		for _, x := range xs {
-			rec := r.get("C1", v, x)
-			a, c = append(a, tput(rec)), append(c, clusterCPU(rec))
+			rec := r.get(w, v, x)
+			a, c = append(a, tput(rec)), append(c, cpu(rec))
 		}
 		tv, tc = append(tv, a), append(tc, c)
 	}
-	return []panel{{title: "throughput", unit: "req/s", groups: variants, series: xs, vals: tv},
-		{title: "total server CPU per request (lower is better)", unit: "us/req", groups: variants, series: xs, vals: tc}}
+	return []panel{{title: tTitle, unit: tUnit, groups: variants, series: xs, vals: tv},
+		{title: cTitle, unit: cUnit, groups: variants, series: xs, vals: tc}}
+}
+
+// C2 ("cluster fan-out"): one topic's subscribers spread over edges, one
+// publisher on the first, against one edge holding them all in the same
+// run:
+//
+//   - 1-edge:  every subscriber and the publisher on one edge (as W4);
+//   - 2-edges: edges A and B, both `--nats nats://<natsd> --nats-prefix
+//     bench` (CONTRACT.md section 13), half the subscribers on each, the
+//     publisher on A: every event crosses NATS to B.
+//
+// Placement as C1: every server-side process on the server CPU.
+
+// fanoutNames are C2's X, in run order.
+var fanoutNames = []string{"1-edge", "2-edges"}
+
+// runFanout2 runs one C2 phase: natsd and two edges for 2-edges, one edge
+// for 1-edge; measures each process over the window and stops them by pid.
+func runFanout2(ctx context.Context, p phase, co clusterOpts, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
+	pctx, cancel := context.WithTimeout(ctx, 2*p.budget+30*time.Second)
+	defer cancel()
+	base := fmt.Sprintf("%s-%s-%s", p.workload, safeName(p.variant), p.peer)
+	logPath := func(suffix string) string { return filepath.Join(out, "logs", base+suffix+".log") }
+	pc := &phaseCtx{rec: rec, logf: logf}
+	var procs []*server
+	defer stopAll(&procs, rec)
+	var natsArgs []string
+	if p.peer == "2-edges" {
+		ns, err := startNatsd(pctx, co, logPath("-nats"), pin)
+		if err != nil {
+			rec.Error = err.Error()
+			return
+		}
+		procs = append(procs, ns)
+		pc.nats = ns
+		natsArgs = []string{"--nats", "nats://" + ns.addr, "--nats-prefix", clusterPrefix}
+	}
+	edges := 1
+	if p.peer == "2-edges" {
+		edges = 2
+	}
+	var targets []load.Target
+	for i := range edges {
+		suffix := ""
+		if i > 0 {
+			suffix = "-b"
+		}
+		e, err := startServer(pctx, serverSpec{peer: "edge", bin: co.edgeBin, logPath: logPath(suffix), pin: pin,
+			extra: append(append([]string{}, natsArgs...), opts.edgeArgs...)})
+		if err != nil {
+			rec.Error = err.Error()
+			return
+		}
+		procs = append(procs, e)
+		t := load.Target{Addr: e.addr, Dialect: load.JSONRPC{}}
+		if err := waitReady(pctx, t, 10*time.Second); err != nil {
+			rec.Error = fmt.Sprintf("edge %d does not answer: %v", i+1, err)
+			return
+		}
+		targets = append(targets, t)
+		if i == 0 {
+			pc.srv, pc.target = e, t
+			rec.ServerCPUs = e.cpus
+			pc.samp = &sampler{pids: []int{e.pid}}
+			pc.samp.instrument(out, base, p.window, "", opts.perf, opts.statEvents, rec, "")
+		} else {
+			pc.workers = append(pc.workers, e) // edge B: measured like a worker
+			pc.workerSamps = append(pc.workerSamps, &sampler{pids: []int{e.pid}})
+		}
+	}
+	if pc.nats != nil {
+		pc.natsSamp = &sampler{pids: []int{pc.nats.pid}}
+	}
+	pc.subTargets = targets
+	runMeasured(pctx, p, pc, procs)
+}
+
+// c2Phase is one C2 phase: subs subscribers of one topic spread over the
+// edges of X, one publisher on the first at offered/subs publishes per
+// second.
+func (m matrix) c2Phase(subs int, offered float64, x string) phase {
+	rate := min(offered/float64(subs), m.w4MaxRate)
+	return phase{workload: "C2", variant: fmt.Sprintf("%d subs %s", subs, rateName(rate*float64(subs))), peer: x, cluster: true,
+		window: m.measure,
+		params: map[string]any{"subscribers": subs, "publish_rate": rate, "event_bytes": m.w4EventSize,
+			"offered_deliveries": rate * float64(subs)},
+		budget: m.warmup + m.measure + time.Duration(subs)*200*time.Microsecond + 2*time.Second,
+		run: func(ctx context.Context, pc *phaseCtx) error {
+			res, err := load.RunFanout(ctx, load.FanoutConfig{Target: pc.target, SubTargets: pc.subTargets, Subscribers: subs,
+				Topic: "bench", Rate: rate, EventSize: m.w4EventSize, Warmup: m.warmup, Measure: m.measure, Hooks: pc.clusterHooks()})
+			pc.fillCluster(res)
+			pc.rec.Unit = "deliveries/s"
+			pc.rec.SendLag = res.SendLag
+			if res.Lost > 0 {
+				exp := float64(res.Published) * float64(res.Subscribers)
+				pc.rec.Notes = append(pc.rec.Notes, fmt.Sprintf("%d publishes in the window; %d of their %.0f deliveries (%.1f%%) never arrived",
+					res.Published, res.Lost, exp, 100*float64(res.Lost)/exp))
+			}
+			return err
+		}}
+}
+
+// c2Section writes C2's table: deliveries and CPU per delivered event.
+func c2Section(r *report, b *strings.Builder) []panel {
+	variants, xs := r.axes("C2")
+	b.WriteString("One topic, its subscribers spread over X, one publisher on the first edge (128 B events). *1-edge*: " +
+		"every subscriber on one edge, no NATS (as W4); *2-edges*: edges A and B with `--nats nats://<natsd> " +
+		"--nats-prefix " + clusterPrefix + "`, half the subscribers on each: every event crosses NATS to B. Every " +
+		"process on the server CPU as C1. *CPU us/delivery* is each process's CPU over the window per delivered event; " +
+		"*lost*: deliveries of events published in the window that never arrived.\n\n")
+	t := table{head: []string{"variant", "X", "deliveries/s", "vs 1-edge", "edge A CPU us/delivery", "edge B", "NATS",
+		"total", "total vs 1-edge", "lost", "p50 us", "p99 us"}}
+	for _, v := range variants {
+		d := r.get("C2", v, "1-edge")
+		for _, x := range xs {
+			c := r.get("C2", v, x)
+			if c == nil {
+				continue
+			}
+			if !c.OK {
+				t.add(v, x, skipCell(c), "", "", "", "", "", "", "", "", "")
+				continue
+			}
+			t.add(v, x, num(tput(c)), ratio(tput(c), tput(d)), num(edgeCPU(c)), num(workersCPU(c)), num(natsCPU(c)),
+				num(fanoutCPU(c)), ratio(fanoutCPU(c), fanoutCPU(d)), whole(lostOf(c)), num(lat(c, "p50")), num(lat(c, "p99")))
+		}
+	}
+	b.WriteString(t.String() + "\n")
+	return tputCPUPanels(r, "C2", variants, xs, fanoutCPU, "deliveries", "deliveries/s",
+		"total server CPU per delivery (lower is better)", "us/delivery")
+}
+
+// fanoutCPU is C2's total CPU per delivery: edge A alone for 1-edge.
+func fanoutCPU(x *Record) float64 {
+	if x != nil && x.Peer == "1-edge" {
+		return edgeCPU(x)
+	}
+	return edgeCPU(x) + workersCPU(x) + natsCPU(x)
+}
+
+// lostOf is C2's lost deliveries (0 when none was recorded).
+func lostOf(x *Record) float64 {
+	if v := extra(x, "lost"); !math.IsNaN(v) {
+		return v
+	}
+	return 0
 }

@@ -253,7 +253,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	co := clusterOpts{edgePprof: edgePprof && o.pprof}
-	if slices.ContainsFunc(phases, func(p phase) bool { return p.cluster && p.peer != "direct" }) {
+	if slices.ContainsFunc(phases, func(p phase) bool { return p.cluster && p.peer != "direct" && p.peer != "1-edge" }) {
 		co.natsdBin, co.natsdErr = buildNatsd(ctx, o.goBin, o.root, binDir)
 		if co.natsdErr != nil {
 			logf("WARNING: %v: C1 runs without NATS", co.natsdErr)
@@ -320,7 +320,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if p.cluster {
 			if _, ok := bins["edge"]; ok {
 				co.edgeBin = bins["edge"]
-				runCluster(ctx, p, co, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, "edge"), statEvents: statEvents,
+				run := runCluster
+				if p.workload == "C2" {
+					run = runFanout2
+				}
+				run(ctx, p, co, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, "edge"), statEvents: statEvents,
 					edgeArgs: o.edgeArgs}, &rec, logf)
 			} else {
 				rec.Error = fmt.Sprintf("not built: %v", buildFailed["edge"])

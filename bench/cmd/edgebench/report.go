@@ -251,6 +251,7 @@ func writeReport(dir string, recs []Record) error {
 		{"W7", "W7: large and fragmented messages", w7Section},
 		{"P1", "P1: proxied (clients -> X -> upstream edge)", p1Section},
 		{"C1", "C1: cluster (clients -> edge -> NATS -> workers)", c1Section},
+		{"C2", "C2: fan-out across edges over NATS", c2Section},
 	}
 	for _, s := range sections {
 		if v, _ := r.axes(s.w); len(v) == 0 {

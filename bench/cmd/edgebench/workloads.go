@@ -46,6 +46,9 @@ type matrix struct {
 
 	c1         []w1Variant // C1's closed-loop variants, each run for every X
 	c1Clusters []string    // which of clusterNames run
+
+	c2Subs       []int     // C2: subscribers over the edges
+	c2Deliveries []float64 // C2: offered deliveries per second (as W4)
 }
 
 type w1Variant struct{ conns, window, size int }
@@ -92,6 +95,7 @@ func standardMatrix() matrix {
 		p1: []w1Variant{{4, 64, 16}, {50, 1, 16}}, p1Proxies: proxyNames,
 		p1HoldConns: 256, p1HoldPerConn: 256, p1HoldSettle: time.Second,
 		c1: []w1Variant{{4, 64, 16}, {50, 1, 16}}, c1Clusters: clusterNames,
+		c2Subs: []int{1000}, c2Deliveries: []float64{100000},
 	}
 }
 
@@ -110,6 +114,7 @@ func quickMatrix() matrix {
 		p1HoldConns: 64, p1HoldPerConn: 64, p1HoldSettle: 200 * time.Millisecond,
 		// One short phase: the cluster starts and carries the load.
 		c1: []w1Variant{{4, 64, 16}}, c1Clusters: []string{"nats-2w"},
+		c2Subs: []int{100}, c2Deliveries: []float64{20000},
 	}
 }
 
@@ -209,10 +214,12 @@ type phaseCtx struct {
 	natsSamp    *sampler
 	workers     []*server
 	workerSamps []*sampler
+	// C2: where the subscribers connect.
+	subTargets []load.Target
 }
 
 // allWorkloads lists the workload names in order.
-var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7", "P1", "C1"}
+var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7", "P1", "C1", "C2"}
 
 // phases builds the run's phase list for the chosen workloads and peers.
 func (m matrix) phases(workloads, peers []string) []phase {
@@ -285,6 +292,15 @@ func (m matrix) phases(workloads, peers []string) []phase {
 		}
 		if m.p1HoldConns > 0 && slices.Contains(m.p1Proxies, "edge") {
 			ps = append(ps, m.p1HoldPhase(m.p1HoldConns, m.p1HoldPerConn))
+		}
+	}
+	if has("C2") && slices.Contains(peers, "edge") {
+		for _, n := range m.c2Subs {
+			for _, d := range m.c2Deliveries {
+				for _, x := range fanoutNames {
+					ps = append(ps, m.c2Phase(n, d, x))
+				}
+			}
 		}
 	}
 	// C1 is edge's (with NATS and workers): it runs when edge is among the

@@ -4,7 +4,9 @@
 //
 //   - a NATS server (natsd, built from the nats-server Go module);
 //   - two edges, each with `--upstream work=nats://<natsd>/work`: every
-//     method but those edge serves itself goes over NATS to a worker;
+//     method but those edge serves itself goes over NATS to a worker; and
+//     `--nats nats://<natsd>`: edge/publish on one reaches the edge/topic
+//     subscribers of both;
 //   - two workers, `edge worker --nats nats://<natsd> --prefix work`.
 //
 // It prints the URLs once every process is ready, and stops everything on
@@ -263,7 +265,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	edges := make([]*child, len(c.edges))
 	for i := range edges {
-		a := []string{"--listen", c.edges[i], "--admin-listen", c.admins[i], "--upstream", "work=nats://" + strings.TrimPrefix(natsURL, "nats://") + "/" + c.prefix}
+		a := []string{"--listen", c.edges[i], "--admin-listen", c.admins[i],
+			"--upstream", "work=nats://" + strings.TrimPrefix(natsURL, "nats://") + "/" + c.prefix,
+			"--nats", natsURL} // topics across the edges
 		edges[i] = &child{name: "edge-" + string(rune('a'+i)), ready: msgIs("listening"),
 			cmd: exec.Command(edgeBin, append(a, c.edgeArgs...)...)}
 		if err := launch(edges[i]); err != nil {
@@ -284,7 +288,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, w := range workers {
 		fmt.Fprintf(&b, "  %-9s prefix %s  pid %d\n", w.name, c.prefix, w.cmd.Process.Pid)
 	}
+	last := edges[len(edges)-1].fields["url"]
 	fmt.Fprintf(&b, "try: %s call %s edge/echo '{\"hello\":1}'\n", edgeBin, edges[0].fields["url"])
+	fmt.Fprintf(&b, "     %s subscribe %s edge/topic '{\"name\":\"news\"}' &\n", edgeBin, last)
+	fmt.Fprintf(&b, "     %s call %s edge/publish '{\"name\":\"news\",\"data\":\"hi\"}'\n", edgeBin, edges[0].fields["url"])
 	outMu.Lock()
 	io.WriteString(stdout, b.String())
 	outMu.Unlock()

@@ -118,7 +118,7 @@ func TestStartsAndStops(t *testing.T) {
 	}
 	logs := stderr.String()
 	for _, want := range []string{
-		`[edge-a] level=INFO msg=listening url=ws://127.0.0.1:7001/ args="--listen 127.0.0.1:7001 --admin-listen 127.0.0.1:7101 --upstream work=nats://127.0.0.1:1/work --log-level debug"`,
+		`[edge-a] level=INFO msg=listening url=ws://127.0.0.1:7001/ args="--listen 127.0.0.1:7001 --admin-listen 127.0.0.1:7101 --upstream work=nats://127.0.0.1:1/work --nats nats://127.0.0.1:1 --log-level debug"`,
 		`[worker-2] level=INFO msg="worker serving" prefix=work id=w2 args="worker --nats nats://127.0.0.1:1 --prefix work --id w2"`,
 		`[nats] level=INFO msg=listening addr=127.0.0.1:1 url=nats://127.0.0.1:1 args="--listen 127.0.0.1:4222"`,
 	} {
