@@ -355,7 +355,7 @@ func tputCPUPanels(r *report, w string, variants, xs []string, cpu func(*Record)
 //   - 1-edge:  every subscriber and the publisher on one edge (as W4);
 //   - 2-edges: edges A and B, both `--nats nats://<natsd> --nats-prefix
 //     bench` (CONTRACT.md section 13), half the subscribers on each, the
-//     publisher on A: every event crosses NATS to B.
+//     publisher on A: every event goes to NATS and back to A and to B.
 //
 // Placement as C1: every server-side process on the server CPU.
 
@@ -453,7 +453,7 @@ func c2Section(r *report, b *strings.Builder) []panel {
 	variants, xs := r.axes("C2")
 	b.WriteString("One topic, its subscribers spread over X, one publisher on the first edge (128 B events). *1-edge*: " +
 		"every subscriber on one edge, no NATS (as W4); *2-edges*: edges A and B with `--nats nats://<natsd> " +
-		"--nats-prefix " + clusterPrefix + "`, half the subscribers on each: every event crosses NATS to B. Every " +
+		"--nats-prefix " + clusterPrefix + "`, half the subscribers on each: every event goes to NATS and comes back to A and to B. Every " +
 		"process on the server CPU as C1. *CPU us/delivery* is each process's CPU over the window per delivered event; " +
 		"*lost*: deliveries of events published in the window that never arrived.\n\n")
 	t := table{head: []string{"variant", "X", "deliveries/s", "vs 1-edge", "edge A CPU us/delivery", "edge B", "NATS",
