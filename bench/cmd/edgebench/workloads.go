@@ -294,21 +294,21 @@ func (m matrix) phases(workloads, peers []string) []phase {
 			ps = append(ps, m.p1HoldPhase(m.p1HoldConns, m.p1HoldPerConn))
 		}
 	}
-	if has("C2") && slices.Contains(peers, "edge") {
-		for _, n := range m.c2Subs {
-			for _, d := range m.c2Deliveries {
-				for _, x := range fanoutNames {
-					ps = append(ps, m.c2Phase(n, d, x))
-				}
-			}
-		}
-	}
 	// C1 is edge's (with NATS and workers): it runs when edge is among the
 	// servers.
 	if has("C1") && slices.Contains(peers, "edge") {
 		for _, v := range m.c1 {
 			for _, x := range m.c1Clusters {
 				ps = append(ps, m.c1Phase(v, x))
+			}
+		}
+	}
+	if has("C2") && slices.Contains(peers, "edge") {
+		for _, n := range m.c2Subs {
+			for _, d := range m.c2Deliveries {
+				for _, x := range fanoutNames {
+					ps = append(ps, m.c2Phase(n, d, x))
+				}
 			}
 		}
 	}
