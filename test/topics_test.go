@@ -125,7 +125,13 @@ func (c *client) expectTopicEvents(sub string, from, to int) map[int]topicEvent 
 	c.t.Helper()
 	got := make(map[int]topicEvent)
 	var last int64
-	for i := from; i <= to; i++ {
+	i := from
+	defer func() {
+		if c.t.Failed() {
+			c.t.Logf("reading the event i=%d of %s (events %d to %d)", i, sub, from, to)
+		}
+	}()
+	for ; i <= to; i++ {
 		e := c.readTopicEvent(sub)
 		if e.i != i {
 			c.t.Fatalf("event of %s carries i=%d, want %d (a gap or a duplicate)", sub, e.i, i)
@@ -281,4 +287,107 @@ func TestTopicsNATSDown(t *testing.T) {
 	pub.expectText(delivered("10", 1))
 	c.expectTopicEvents(s, 10, 10)
 	cl.expectTopicEvents(sl, 10, 10)
+}
+
+// TestTopicsJetStreamReplay: with JetStream, a subscription from a cursor
+// in the middle gets exactly the events after it, then the live ones, while
+// publishes go on during the switch: every event of the live subscriber
+// from there on, with the same cursors (stream sequences), no gap and no
+// duplicate.
+func TestTopicsJetStreamReplay(t *testing.T) {
+	ns := testnats.StartWith(t, testnats.Config{StoreDir: t.TempDir()})
+	a := startTopicsEdge(t, ns.ClientURL(), true, true, nil)
+	b := startTopicsEdge(t, ns.ClientURL(), true, true, nil)
+	live := dial(t, b.gateway)
+	sl := live.subscribeTopic(1, "orders", "")
+	pub := dial(t, a.gateway)
+	// Another topic's events share the stream: its sequences have gaps
+	// that are not this topic's.
+	// At most 200 publishes in flight: below the connection's 256 task
+	// slots.
+	const first, mid, total = 40, 20, 240
+	for i := 1; i <= first; i++ {
+		pub.sendText(publishText(strconv.Itoa(i), "orders", i))
+		pub.sendText(publishText(strconv.Itoa(-i), "other", i))
+	}
+	for i := 1; i <= first; i++ {
+		pub.expectText(delivered(strconv.Itoa(i), 0))
+		pub.expectText(delivered(strconv.Itoa(-i), 0))
+	}
+	seen := live.expectTopicEvents(sl, 1, first)
+	// Half of the rest is on its way while the replay starts, half after.
+	for i := first + 1; i <= total/2; i++ {
+		pub.sendText(publishText(strconv.Itoa(i), "orders", i))
+	}
+	replay := dial(t, b.gateway)
+	sr := replay.subscribeTopic(1, "orders", seen[mid].cursor)
+	for i := total/2 + 1; i <= total; i++ {
+		pub.sendText(publishText(strconv.Itoa(i), "orders", i))
+	}
+	got := replay.expectTopicEvents(sr, mid+1, total)
+	for i := first + 1; i <= total; i++ {
+		pub.expectText(delivered(strconv.Itoa(i), 0))
+	}
+	for i, e := range live.expectTopicEvents(sl, first+1, total) {
+		seen[i] = e
+	}
+	for i := mid + 1; i <= total; i++ {
+		if got[i].cursor != seen[i].cursor {
+			t.Fatalf("event i=%d: replay cursor %s, live cursor %s", i, got[i].cursor, seen[i].cursor)
+		}
+	}
+	// Both go on live; from the last cursor there is only what follows.
+	pub.sendText(publishText("1000", "orders", total+1))
+	pub.expectText(delivered("1000", 0))
+	live.expectTopicEvents(sl, total+1, total+1)
+	last := replay.expectTopicEvents(sr, total+1, total+1)[total+1]
+	end := dial(t, b.gateway)
+	se := end.subscribeTopic(1, "orders", last.cursor)
+	pub.sendText(publishText("1001", "orders", total+2))
+	pub.expectText(delivered("1001", 0))
+	end.expectTopicEvents(se, total+2, total+2)
+	end.sendText(`{"jsonrpc":"2.0","id":2,"method":"edge/topic","params":{"name":"orders","fromCursor":"x1"}}`)
+	if r := parseResponse(t, end.readText()); r.Error == nil || r.Error.Code != -32602 {
+		t.Fatalf("fromCursor x1: %+v, want -32602", r)
+	}
+}
+
+// TestTopicsJetStreamRestart: the NATS server restarted mid-stream (same
+// port, same store): live and replaying subscriptions end UPSTREAM_LOST with
+// their last delivered cursor within 5 s, and resubscribing from that
+// cursor loses nothing, including what was published before the client
+// came back.
+func TestTopicsJetStreamRestart(t *testing.T) {
+	dir := t.TempDir()
+	ns := testnats.StartWith(t, testnats.Config{StoreDir: dir})
+	a := startTopicsEdge(t, ns.ClientURL(), true, true, nil)
+	b := startTopicsEdge(t, ns.ClientURL(), true, true, nil)
+	live, replay := dial(t, b.gateway), dial(t, b.gateway)
+	sl := live.subscribeTopic(1, "r", "")
+	sr := replay.subscribeTopic(1, "r", "0")
+	pub := dial(t, a.gateway)
+	for i := 1; i <= 10; i++ {
+		pub.sendText(publishText(strconv.Itoa(i), "r", i))
+		pub.expectText(delivered(strconv.Itoa(i), 0))
+	}
+	evs := live.expectTopicEvents(sl, 1, 10)
+	replay.expectTopicEvents(sr, 1, 10)
+	start := time.Now()
+	testnats.Restart(t, ns, dir)
+	live.expectLostTopic(sl, evs[10].cursor, start)
+	replay.expectLostTopic(sr, evs[10].cursor, start)
+	waitTopics(t, a.tops)
+	waitTopics(t, b.tops)
+	for i := 11; i <= 15; i++ {
+		pub.sendText(publishText(strconv.Itoa(i), "r", i))
+		pub.expectText(delivered(strconv.Itoa(i), 0))
+	}
+	sl = live.subscribeTopic(2, "r", evs[10].cursor)
+	for i := 16; i <= 20; i++ {
+		pub.sendText(publishText(strconv.Itoa(i), "r", i))
+	}
+	live.expectTopicEvents(sl, 11, 20)
+	for i := 16; i <= 20; i++ {
+		pub.expectText(delivered(strconv.Itoa(i), 0)) // A has no subscriber
+	}
 }

@@ -23,7 +23,10 @@ import (
 // lost or repeated. Ordered consumers deliver in stream order, without
 // gaps (nats.go recreates one from its last sequence when it notices a
 // gap). A replay is paced by its client (Stream.EmitWait): the stream keeps
-// the events, so a slow reader lags instead of being closed SLOW_CONSUMER.
+// the events, so a slow reader lags instead of being closed SLOW_CONSUMER;
+// it is read by one goroutine per replaying subscription, which waits for
+// the client (blocking in a nats.go Consume handler would stall the
+// consumer's heartbeats and make it reset while the handler still runs).
 
 // ensureStream looks the stream up and creates it when it is missing. An
 // existing stream is used as it is (its limits are the operator's).
@@ -53,9 +56,22 @@ func (t *Topics) ensureStream() error {
 func (t *Topics) consumeLive(tp *topic) error {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
 	defer cancel()
+	// From the sequence after the stream's last, rather than
+	// DeliverNewPolicy: an ordered consumer that resets before its first
+	// message starts again with its first policy, and "new" would then
+	// skip what was stored meanwhile.
+	st, err := t.js.Stream(ctx, t.stream)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
 	cons, err := t.js.OrderedConsumer(ctx, t.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{tp.subject},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    info.State.LastSeq + 1,
 	})
 	if err != nil {
 		return err
@@ -95,17 +111,10 @@ func (t *Topics) startReplay(log *slog.Logger, s *sub) bool {
 		if !live {
 			return false
 		}
-		var buf []byte // the consumer's goroutine's
-		s.cons, err = cons.Consume(func(m jetstream.Msg) {
-			seq, data, ok := event(m)
-			if !ok {
-				return
-			}
-			var cursor, body []byte
-			buf, cursor, body = backend.TopicEvent(buf[:0], seq, data)
-			s.st.EmitWait(s.ctx, cursor, body)
-		}, jetstream.ConsumeErrHandler(t.consumeErr))
-		if err == nil {
+		var it jetstream.MessagesContext
+		if it, err = cons.Messages(); err == nil {
+			s.iter = it
+			go t.replay(s, it)
 			return true
 		}
 		// Established, but nothing will come: it ends as if NATS was lost.
@@ -116,6 +125,33 @@ func (t *Topics) startReplay(log *slog.Logger, s *sub) bool {
 	log.Warn("nats topics: replay consumer failed", "topic", s.t.name, "err", err)
 	t.end(s, backend.ErrUpstreamUnavailable)
 	return false
+}
+
+// replay delivers s's events from its ordered consumer's iterator, paced
+// by the client (Stream.EmitWait): the events wait in the stream, not in
+// edge. It returns once the iterator is stopped (the subscription ended) or
+// fails (the subscription ends UPSTREAM_LOST).
+func (t *Topics) replay(s *sub, it jetstream.MessagesContext) {
+	var buf []byte
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				t.cfg.Logger.Warn("nats topics: replay consumer failed", "topic", s.t.name, "err", err)
+				t.end(s, backend.ErrUpstreamLost)
+			}
+			return
+		}
+		seq, data, ok := event(m)
+		if !ok {
+			continue
+		}
+		var cursor, body []byte
+		buf, cursor, body = backend.TopicEvent(buf[:0], seq, data)
+		if !s.st.EmitWait(s.ctx, cursor, body) {
+			return // ended: Cancel stops the iterator
+		}
+	}
 }
 
 // end removes s, if it is still there, and finishes it with err.

@@ -53,6 +53,7 @@ const (
 	defaultBackoff   = 5 * time.Second
 	pingInterval     = time.Second
 	maxPingsOut      = 2
+	openRetry        = 250 * time.Millisecond
 	maxBatch         = 1024
 	publishQueueSize = 64 << 20 // bytes of publishes queued before new ones are refused
 )
@@ -191,9 +192,9 @@ type sub struct {
 	// ordered consumer from from+1. Immutable.
 	from   uint64
 	replay bool
-	ctx    context.Context    // replay: cancelled when it ends
-	cancel context.CancelFunc // replay
-	cons   jetstream.ConsumeContext
+	ctx    context.Context           // replay: cancelled when it ends
+	cancel context.CancelFunc        // replay
+	iter   jetstream.MessagesContext // writer-owned: the replay's iterator
 }
 
 // op is one thing for the writer to do.
@@ -536,7 +537,11 @@ func (t *Topics) Start() error {
 	if nc.IsConnected() {
 		up(nc)
 	}
-	go t.run(log, ready)
+	go t.run(log, ready, func() {
+		// Try again later: JetStream may not be ready just after the
+		// server (re)started.
+		time.AfterFunc(openRetry, func() { up(nil) })
+	})
 	return nil
 }
 
@@ -583,14 +588,21 @@ func (t *Topics) Close() {
 
 // run is the writer: it marks the topics up once NATS is (JetStream: once
 // the stream exists) and does the queued operations.
-func (t *Topics) run(log *slog.Logger, ready <-chan struct{}) {
+func (t *Topics) run(log *slog.Logger, ready <-chan struct{}, retry func()) {
 	defer close(t.done)
 	for {
 		select {
 		case <-t.quit:
 			return
 		case <-ready:
-			if t.nc.IsConnected() && t.open(log) {
+			if !t.nc.IsConnected() {
+				continue
+			}
+			switch opened, err := t.open(); {
+			case err != nil:
+				log.Warn("nats topics: JetStream stream unusable", "stream", t.stream, "err", err)
+				retry()
+			case opened:
 				log.Info("nats topics: connected", "prefix", t.cfg.Prefix)
 			}
 		case <-t.wake:
@@ -600,21 +612,21 @@ func (t *Topics) run(log *slog.Logger, ready <-chan struct{}) {
 }
 
 // open marks the topics up, with JetStream once the stream is there, and
-// reports whether they were down.
-func (t *Topics) open(log *slog.Logger) bool {
+// reports whether they were down; an error says the stream is not usable
+// (yet).
+func (t *Topics) open() (bool, error) {
 	if t.cfg.JetStream {
 		if err := t.ensureStream(); err != nil {
-			log.Warn("nats topics: JetStream stream unusable", "stream", t.stream, "err", err)
-			return false
+			return false, err
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.up {
-		return false
+		return false, nil
 	}
 	t.up = true
-	return true
+	return true, nil
 }
 
 // take hands the writer up to maxBatch queued operations.
@@ -664,9 +676,9 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 		case opReplay:
 			t.startReplay(log, o.s)
 		case opStopReplay:
-			if o.s.cons != nil {
-				o.s.cons.Stop()
-				o.s.cons = nil
+			if o.s.iter != nil {
+				o.s.iter.Stop()
+				o.s.iter = nil
 			}
 		case opPublish:
 			if t.js != nil {
