@@ -54,14 +54,15 @@ func main() {
 
 // config is the demo's layout.
 type config struct {
-	bin      string   // directory holding edge and natsd
-	nats     string   // natsd's --listen
-	monitor  string   // natsd's --http ("" off)
-	edges    []string // each edge's --listen
-	admins   []string // each edge's --admin-listen
-	workers  int
-	prefix   string
-	edgeArgs []string // more flags for every edge
+	bin       string   // directory holding edge and natsd
+	nats      string   // natsd's --listen
+	monitor   string   // natsd's --http ("" off)
+	edges     []string // each edge's --listen
+	admins    []string // each edge's --admin-listen
+	workers   int
+	prefix    string
+	jetstream bool     // natsd with JetStream (a temporary store), edges with --jetstream
+	edgeArgs  []string // more flags for every edge
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	admins := fs.String("admins", "127.0.0.1:9091,127.0.0.1:9092", "the edges' admin listen addresses (dashboard), comma-separated, one per edge")
 	fs.IntVar(&c.workers, "workers", 2, "how many workers")
 	fs.StringVar(&c.prefix, "prefix", "work", "the workers' subject prefix and queue group")
+	fs.BoolVar(&c.jetstream, "jetstream", false, "JetStream: natsd keeps the topics (in a temporary store, removed at exit), the edges replay from a cursor")
 	edgeArgs := fs.String("edge-args", "", "more flags for every edge, space-separated")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -219,6 +221,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	edgeBin, natsdBin := filepath.Join(c.bin, "edge"), filepath.Join(c.bin, "natsd")
+	natsArgs := []string{"--listen", c.nats}
+	if c.monitor != "" {
+		natsArgs = append(natsArgs, "--http", c.monitor)
+	}
+	var edgeJS []string
+	if c.jetstream {
+		store, err := os.MkdirTemp("", "edge-cluster-js-")
+		if err != nil {
+			return err
+		}
+		// Removed once every child has stopped: deferred before their stop.
+		defer os.RemoveAll(store)
+		natsArgs = append(natsArgs, "--jetstream", "--store-dir", store)
+		edgeJS = []string{"--jetstream"}
+	}
 	var outMu sync.Mutex
 	var started []*child
 	// Stopped in the reverse order of start: edges, workers, NATS.
@@ -246,10 +263,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	natsArgs := []string{"--listen", c.nats}
-	if c.monitor != "" {
-		natsArgs = append(natsArgs, "--http", c.monitor)
-	}
 	ns := &child{name: "nats", cmd: exec.Command(natsdBin, natsArgs...), ready: msgIs("listening")}
 	if err := launch(ns); err != nil {
 		return err
@@ -268,8 +281,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		a := []string{"--listen", c.edges[i], "--admin-listen", c.admins[i],
 			"--upstream", "work=nats://" + strings.TrimPrefix(natsURL, "nats://") + "/" + c.prefix,
 			"--nats", natsURL} // topics across the edges
-		edges[i] = &child{name: "edge-" + string(rune('a'+i)), ready: msgIs("listening"),
-			cmd: exec.Command(edgeBin, append(a, c.edgeArgs...)...)}
+		a = append(append(a, edgeJS...), c.edgeArgs...)
+		edges[i] = &child{name: "edge-" + string(rune('a'+i)), ready: msgIs("listening"), cmd: exec.Command(edgeBin, a...)}
 		if err := launch(edges[i]); err != nil {
 			return err
 		}

@@ -100,7 +100,7 @@ func TestStartsAndStops(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- run(ctx, []string{"--bin", bin, "--edges", "127.0.0.1:7001,127.0.0.1:7002", "--admins", "127.0.0.1:7101,127.0.0.1:7102",
-			"--nats-monitor", "", "--edge-args", "--log-level debug"}, &stdout, &stderr)
+			"--nats-monitor", "", "--jetstream", "--edge-args", "--log-level debug"}, &stdout, &stderr)
 	}()
 	poll.Until(t, 20*time.Second, "the cluster up", func() (bool, string) {
 		return strings.Contains(stdout.String(), "try: "), stdout.String() + stderr.String()
@@ -118,13 +118,20 @@ func TestStartsAndStops(t *testing.T) {
 	}
 	logs := stderr.String()
 	for _, want := range []string{
-		`[edge-a] level=INFO msg=listening url=ws://127.0.0.1:7001/ args="--listen 127.0.0.1:7001 --admin-listen 127.0.0.1:7101 --upstream work=nats://127.0.0.1:1/work --nats nats://127.0.0.1:1 --log-level debug"`,
+		`[edge-a] level=INFO msg=listening url=ws://127.0.0.1:7001/ args="--listen 127.0.0.1:7001 --admin-listen 127.0.0.1:7101 --upstream work=nats://127.0.0.1:1/work --nats nats://127.0.0.1:1 --jetstream --log-level debug"`,
 		`[worker-2] level=INFO msg="worker serving" prefix=work id=w2 args="worker --nats nats://127.0.0.1:1 --prefix work --id w2"`,
-		`[nats] level=INFO msg=listening addr=127.0.0.1:1 url=nats://127.0.0.1:1 args="--listen 127.0.0.1:4222"`,
 	} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}
+	}
+	// natsd with JetStream in a temporary store, removed once it stopped.
+	store := regexp.MustCompile(`\[nats\] level=INFO msg=listening addr=127.0.0.1:1 url=nats://127.0.0.1:1 args="--listen 127.0.0.1:4222 --jetstream --store-dir (\S+)"`).FindStringSubmatch(logs)
+	if store == nil {
+		t.Fatalf("natsd not started with JetStream and a store:\n%s", logs)
+	}
+	if _, err := os.Stat(store[1]); err != nil {
+		t.Fatalf("store %s: %v", store[1], err)
 	}
 	pids := map[string]int{}
 	for _, m := range pidLine.FindAllStringSubmatch(out, -1) {
@@ -151,6 +158,9 @@ func TestStartsAndStops(t *testing.T) {
 		if !gone(pid) {
 			t.Errorf("%s (pid %d) still runs", n, pid)
 		}
+	}
+	if _, err := os.Stat(store[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the JetStream store is left behind: %v", err)
 	}
 	var order []string
 	for _, l := range strings.Split(stderr.String(), "\n") {
