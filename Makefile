@@ -3,7 +3,7 @@ GO      ?= go
 FUZZTIME ?= 30s
 PKGS    := ./...
 
-.PHONY: run test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test dashboard-png
+.PHONY: run cluster test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test dashboard-png
 
 # ADMIN is the admin listener of `make run` (/healthz, /readyz); ADMIN= turns it off.
 ADMIN   ?= 127.0.0.1:9090
@@ -15,6 +15,12 @@ run:
 ## build: build bin/edge
 build:
 	$(GO) build -o bin/edge ./cmd/edge
+
+## cluster: a local cluster on loopback: NATS (bin/natsd), 2 edges (ws://127.0.0.1:8081/, :8082/; dashboards :9091, :9092), 2 workers; Ctrl-C stops it. CLUSTERARGS adds flags (internal/cmd/cluster)
+cluster: build
+	$(GO) build -o bin/natsd ./internal/cmd/natsd
+	$(GO) build -o bin/cluster ./internal/cmd/cluster
+	bin/cluster --bin bin $(CLUSTERARGS)
 
 ## test: every test: lint, then the whole suite under the race detector
 test: lint race

@@ -15,7 +15,11 @@ import (
 // events at Rate per second. Each event carries its scheduled publish time,
 // so every delivery's publish-to-receive latency is measured.
 type FanoutConfig struct {
-	Target      Target
+	Target Target
+	// SubTargets, when set, are where the subscribers connect, spread
+	// evenly in order (fan-out across servers: the publisher stays on
+	// Target).
+	SubTargets  []Target
 	Subscribers int
 	Topic       string
 	Rate        float64 // publishes per second
@@ -112,10 +116,22 @@ func RunFanout(ctx context.Context, cfg FanoutConfig) (Result, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	conns, _, err := DialMany(ctx, cfg.Target, cfg.Subscribers, 64, 4096, nil)
-	defer CloseAll(conns)
-	if err != nil {
-		return Result{Subscribers: len(conns)}, fmt.Errorf("dial: %w", err)
+	targets := cfg.SubTargets
+	if len(targets) == 0 {
+		targets = []Target{cfg.Target}
+	}
+	var conns []*Conn
+	defer func() { CloseAll(conns) }()
+	for i, t := range targets {
+		n := cfg.Subscribers / len(targets)
+		if i < cfg.Subscribers%len(targets) {
+			n++
+		}
+		cs, _, err := DialMany(ctx, t, n, 64, 4096, nil)
+		conns = append(conns, cs...)
+		if err != nil {
+			return Result{Subscribers: len(conns)}, fmt.Errorf("dial %s: %w", t.Addr, err)
+		}
 	}
 	pub, err := Dial(ctx, cfg.Target, 0)
 	if err != nil {

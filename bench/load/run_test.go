@@ -99,6 +99,15 @@ func TestRunFanout(t *testing.T) {
 	if res.Deliveries < 1600 || res.Deliveries > 2400 || res.Published < 90 || res.Latency.Count != res.Deliveries {
 		t.Fatalf("result %+v", res)
 	}
+	// Subscribers spread over two servers, published on the first: the
+	// second's (7 of 15) get nothing, the first's (8) everything.
+	other := startTestServer(t, false)
+	res, err = RunFanout(testCtx(t), FanoutConfig{Target: srv.target(JSONRPC{}), SubTargets: []Target{srv.target(JSONRPC{}), other.target(JSONRPC{})},
+		Subscribers: 15, Topic: "bench", Rate: 200, EventSize: 128, Warmup: 50 * time.Millisecond, Measure: 500 * time.Millisecond})
+	if res.Subscribers != 15 || res.Published < 90 || res.Deliveries < 8*res.Published-2*8 || res.Deliveries > 8*res.Published+2*8 ||
+		res.Lost < 7*res.Published-2*7 {
+		t.Fatalf("over two servers: %v %+v", err, res)
+	}
 	if _, err := RunFanout(testCtx(t), FanoutConfig{Target: srv.target(Raw{}), Subscribers: 1, Rate: 1}); err != ErrNotSupported {
 		t.Fatalf("raw fan-out: err = %v", err)
 	}

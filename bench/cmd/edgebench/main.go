@@ -266,6 +266,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	co := clusterOpts{edgePprof: edgePprof && o.pprof}
+	if slices.ContainsFunc(phases, func(p phase) bool { return p.cluster && p.peer != "direct" && p.peer != "1-edge" }) {
+		co.natsdBin, co.natsdErr = buildNatsd(ctx, o.goBin, o.root, binDir)
+		if co.natsdErr != nil {
+			logf("WARNING: %v: C1 runs without NATS", co.natsdErr)
+		}
+	}
+
 	if o.nice != 0 {
 		if err := reniceSelf(o.nice); err != nil {
 			logf("WARNING: cannot renice: %v", err)
@@ -326,7 +334,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if (p.peer == "edge" || p.proxied) && o.edgeSrc != "" {
 			rec.Notes = append(rec.Notes, "edge built from "+o.edgeSrc)
 		}
-		if p.proxied {
+		if p.cluster {
+			if _, ok := bins["edge"]; ok {
+				co.edgeBin = bins["edge"]
+				run := runCluster
+				if p.workload == "C2" {
+					run = runFanout2
+				}
+				run(ctx, p, co, pin, o.out, phaseOpts{perf: slices.Contains(o.perf, "edge"), statEvents: statEvents,
+					edgeArgs: o.edgeArgs}, &rec, logf)
+			} else {
+				rec.Error = fmt.Sprintf("not built: %v", buildFailed["edge"])
+			}
+		} else if p.proxied {
 			if _, ok := bins["edge"]; ok {
 				runProxied(ctx, p, po, pin, o.out, phaseOpts{statEvents: statEvents, edgeArgs: o.edgeArgs}, &rec, logf)
 			} else {
@@ -461,12 +481,12 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 }
 
 // serversOf lists the servers to build for phases, in the order of peers:
-// those the phases run, and edge for P1 (its upstream and its proxy).
+// those the phases run, and edge for P1 (its upstream and its proxy) and C1.
 func serversOf(phases []phase, peers []string) []string {
 	var out []string
 	for _, name := range peers {
 		if slices.ContainsFunc(phases, func(p phase) bool {
-			return p.peer == name && !p.proxied || name == "edge" && p.proxied
+			return p.peer == name && !p.proxied && !p.cluster || name == "edge" && (p.proxied || p.cluster)
 		}) {
 			out = append(out, name)
 		}

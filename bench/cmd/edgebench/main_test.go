@@ -92,13 +92,19 @@ func TestMatrixPhases(t *testing.T) {
 				total += p.budget
 			}
 			for _, w := range allWorkloads {
+				if w == "C1" || w == "C2" { // their peers are their X, every one edge's
+					if firstVariant(ps, w) == "" {
+						t.Fatalf("no %s phase", w)
+					}
+					continue
+				}
 				if !seen[w+"|"+firstVariant(ps, w)+"|edge"] {
 					t.Fatalf("no edge phase for %s", w)
 				}
 			}
 			// The suite must finish within 15 minutes, builds included
-			// (the budgets are generous: the standard run takes about 11).
-			limit := 14 * time.Minute
+			// (the budgets are generous).
+			limit := 14*time.Minute + 30*time.Second
 			if name == "quick" {
 				limit = 4 * time.Minute
 			}
@@ -121,6 +127,7 @@ func firstVariant(ps []phase, w string) string {
 func TestReport(t *testing.T) {
 	dir := t.TempDir()
 	l := load.Latency{Count: 10, P50: 50, P99: 90, P999: 99, Max: 120}
+	l2 := load.Latency{Count: 10, P50: 80, P99: 150, P999: 200, Max: 220}
 	recs := []Record{
 		{Run: "t", Workload: "W1", Variant: "c50w1-16B", Peer: "edge", OK: true, Throughput: 1000, Unit: "req/s",
 			Latency: &l, Server: &Usage{UserS: 0.5, SysS: 0.5, Util: 1, UsPerOp: 10}, Client: &Usage{UsPerOp: 2},
@@ -140,6 +147,11 @@ func TestReport(t *testing.T) {
 		{Run: "t", Workload: "W3", Variant: "1000", Peer: "edge", OK: true, Conns: 1000, RSSKiB: 2048, RSSPerConnKiB: 1.5},
 		{Run: "t", Workload: "W5", Variant: "1000 conns", Peer: "edge", OK: true,
 			Extra: load.StormResult{Sleeps: 10, Leaked: 0, EchoQuiet: load.Result{Rate: 5, Latency: l}}},
+		{Run: "t", Workload: "C1", Variant: "c50w1-16B", Peer: "direct", OK: true, Throughput: 4000, Latency: &l,
+			Server: &Usage{UsPerOp: 10}},
+		{Run: "t", Workload: "C1", Variant: "c50w1-16B", Peer: "nats-1w", OK: true, Throughput: 1000, Latency: &l2,
+			Server: &Usage{UsPerOp: 15}, NATS: &Usage{UsPerOp: 7}, Workers: &Usage{UsPerOp: 12}},
+		{Run: "t", Workload: "C1", Variant: "c50w1-16B", Peer: "nats-2w", Error: "natsd exited"},
 	}
 	if err := writeReport(dir, recs); err != nil {
 		t.Fatal(err)
@@ -151,7 +163,11 @@ func TestReport(t *testing.T) {
 	for _, want := range []string{"## W1", "x0.50", "x2.00", "FAILED: boom / bang", "## W3", "## W5", "![W1](W1.svg)", "## Failed phases",
 		"| syscalls/req |", "| 2.01 |", "| 1.23 |", "| syscalls/delivery |", "| 0.05 |", "| syscalls/upgrade |", "| 14.5 |",
 		"| 1000 subs 100k/s | edge |", "| 1000 subs 500k/s | edge |", "| 1000 subs 500k/s | nbio | FAILED: refused",
-		"System calls were not counted (syscalls/op shows -): perf not found."} {
+		"System calls were not counted (syscalls/op shows -): perf not found.",
+		// C1: total = 15 + 7 + 12 = 34 us/req against 10 direct, the hop
+		// +24 of which edge +5 and the workers +2; p50 +30, p99 +60.
+		"## C1", "| c50w1-16B | nats-1w | 1k | x0.25 | 15 | 7 | 12 | 34 | x3.40 |", "| c50w1-16B | nats-1w | 24 | 5 | 7 | 2 | 30 | 60 |",
+		"| c50w1-16B | nats-2w | FAILED: natsd exited"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -171,7 +187,7 @@ func TestReport(t *testing.T) {
 			t.Errorf("row has %d cells, header %d: %s", n, head, line)
 		}
 	}
-	for _, w := range []string{"W1", "W3", "W4", "W5"} {
+	for _, w := range []string{"W1", "W3", "W4", "W5", "C1"} {
 		svg, err := os.ReadFile(filepath.Join(dir, w+".svg"))
 		if err != nil {
 			t.Fatal(err)
@@ -472,11 +488,12 @@ func TestFilterVariants(t *testing.T) {
 		check func(p phase) bool
 	}{
 		{"none keeps all", nil, len(all), func(phase) bool { return true }},
-		// W1 for edge and raw, W1-wss for edge, P1 for direct, edge and nginx.
-		{"one W1 variant", []string{"c4w64-16B"}, 6, func(p phase) bool { return p.variant == "c4w64-16B" }},
-		{"either of two", []string{"c50w1-16B", "c4w64-1KiB"}, 9, func(p phase) bool {
+		// W1 for edge and raw, W1-wss for edge, P1 for direct, edge and
+		// nginx, C1 for direct, nats-1w and nats-2w.
+		{"one W1 variant", []string{"c4w64-16B"}, 9, func(p phase) bool { return p.variant == "c4w64-16B" }},
+		{"either of two", []string{"c50w1-16B", "c4w64-1KiB"}, 12, func(p phase) bool {
 			return p.workload == "W1" || p.workload == "W1-wss" && p.peer == "edge" && p.tls ||
-				p.workload == "P1" && p.variant == "c50w1-16B"
+				(p.workload == "P1" || p.workload == "C1") && p.variant == "c50w1-16B"
 		}},
 		{"P1 in flight", []string{"hold-"}, 1, func(p phase) bool { return p.workload == "P1" && p.peer == "edge" && p.holdCalls == 65536 }},
 		{"W4 rate", []string{"500k/s"}, 2, func(p phase) bool { return p.workload == "W4" && p.peer == "edge" }},

@@ -220,10 +220,7 @@ func (m matrix) p1Phase(v w1Variant, proxy string) phase {
 		params: map[string]any{"conns": v.conns, "window": v.window, "params_bytes": v.size},
 		budget: m.warmup + m.measure + 2*time.Second,
 		run: func(ctx context.Context, pc *phaseCtx) error {
-			req, off := pc.target.Dialect.Echo(load.Params(v.size))
-			// Spin, as W1: a parked generator wakes late on this VM.
-			res, err := load.RunClosed(ctx, load.ClosedConfig{Target: pc.target, Conns: v.conns, Window: v.window,
-				Request: req, IDOff: off, Warmup: m.warmup, Measure: m.measure, Hooks: pc.proxiedHooks(), Spin: true})
+			res, err := closedEcho(ctx, pc, v, m, pc.proxiedHooks())
 			pc.fillProxied(res)
 			pc.spinIdle(res)
 			if err == nil && res.Errors > 0 {

@@ -37,6 +37,10 @@ type Record struct {
 	// direct) over the window, and UpstreamSyscalls its system calls.
 	Upstream         *Usage    `json:"upstream,omitempty"`
 	UpstreamSyscalls *Syscalls `json:"upstream_syscalls,omitempty"`
+	// NATS and Workers are C1's NATS server and its workers (summed; each
+	// one's in Extra) over the window.
+	NATS    *Usage `json:"nats,omitempty"`
+	Workers *Usage `json:"workers,omitempty"`
 
 	// Syscalls are the server's system calls over the window (perf stat);
 	// SyscallsOff says why they were not counted in this run.

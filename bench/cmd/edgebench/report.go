@@ -252,6 +252,8 @@ func writeReport(dir string, recs []Record) error {
 		{"W1-wss", "W1-wss: unary echo over wss:// (TLS)", w1wssSection},
 		{"W3-wss", "W3-wss: idle connections over wss:// (TLS)", w3wssSection},
 		{"P1", "P1: proxied (clients -> X -> upstream edge)", p1Section},
+		{"C1", "C1: cluster (clients -> edge -> NATS -> workers)", c1Section},
+		{"C2", "C2: fan-out across edges over NATS", c2Section},
 	}
 	for _, s := range sections {
 		if v, _ := r.axes(s.w); len(v) == 0 {

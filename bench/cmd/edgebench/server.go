@@ -57,6 +57,18 @@ func build(ctx context.Context, goBin, root, edgeSrc, dir string, peers []string
 	return bins, failed, nil
 }
 
+// buildNatsd compiles the NATS server of C1 (internal/cmd/natsd of the root
+// module, the nats-server Go module) into dir.
+func buildNatsd(ctx context.Context, goBin, root, dir string) (string, error) {
+	out := filepath.Join(dir, "natsd")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "./internal/cmd/natsd")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build natsd: %w\n%s", err, tail(string(b), 2000))
+	}
+	return out, nil
+}
+
 // server is one running server process.
 type server struct {
 	peer string
