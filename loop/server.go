@@ -51,6 +51,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
+	// numbered are the loops by number (backend.Loops), set by Start.
+	numbered []*eventLoop // guarded by mu while Start numbers them; immutable after
 }
 
 // New validates cfg and returns a server that serves sessions of srv.
@@ -109,6 +111,13 @@ func (s *Server) Start() error {
 		return fmt.Errorf("loop: start event loops: %w", err)
 	}
 	s.cli = cli
+	if err := s.number(s.cfg.Loops); err != nil {
+		_ = cli.Stop()
+		for _, a := range s.acceptors {
+			a.ln.Close()
+		}
+		return fmt.Errorf("loop: start event loops: %w", err)
+	}
 	for _, a := range s.acceptors {
 		s.accepting.Add(1)
 		go a.run()
@@ -146,7 +155,7 @@ func (s *Server) loopOf(el gnet.EventLoop) *eventLoop {
 	defer s.mu.Unlock()
 	l := s.loops[el]
 	if l == nil {
-		l = &eventLoop{srv: s, el: el, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes, ctr: &rpc.Counters{}}
+		l = &eventLoop{srv: s, el: el, index: -1, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes, ctr: &rpc.Counters{}}
 		if s.rpc != nil {
 			l.turn = s.rpc.NewTurn()
 			l.ctr = s.rpc.NewCounters()
@@ -172,6 +181,10 @@ func (s *Server) eventLoops() []*eventLoop {
 // OnOpen implements gnet.EventHandler.
 func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := s.loopOf(c.EventLoop())
+	switch c.Context().(type) {
+	case probe, *wire:
+		return nil, s.openWire(c, l)
+	}
 	if s.rpc != nil && s.rpc.Draining() {
 		l.counts.rejected[rejectDraining]++
 		return nil, gnet.Close
@@ -198,6 +211,10 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	w, ok := c.Context().(*conn)
 	if !ok {
+		if x, ok := c.Context().(*wire); ok {
+			x.l.clock(time.Now())
+			return x.traffic()
+		}
 		return gnet.Close
 	}
 	now := time.Now()
@@ -230,6 +247,10 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 
 // OnClose implements gnet.EventHandler.
 func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
+	if x, ok := c.Context().(*wire); ok {
+		x.closed(err)
+		c.SetContext(nil)
+	}
 	if w, ok := c.Context().(*conn); ok {
 		if !w.halfClosed(c, err) {
 			w.closed()

@@ -311,7 +311,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var forward func(string) backend.Forwarder
 	if !ups.Empty() {
 		forward = ups.Forwarder
-		ups.Start()
+		// Started once the gateway's event loops run (their connections
+		// live there), or on their own loop with --stdio.
 		defer ups.Close() // after the gateway has drained: see below
 	}
 	profile, _ := rpc.ParseProfile(o.profile)
@@ -356,6 +357,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// until then.
 	defer stopAdmin(adm, logger)
 	if o.stdio {
+		ups.Start()
 		ready.set(stageServing)
 		return loop.ServeStream(ctx, stdin, stdout, srv, loop.StreamConfig{
 			MaxLineBytes:    o.loop.MaxMessageBytes,
@@ -365,6 +367,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err := gw.Start(); err != nil {
 		return err
 	}
+	ups.StartOn(gw)
 	ready.set(stageServing)
 	addr := gw.Addr().String()
 	attrs := []any{"addr", addr, "url", "ws://" + addr + o.loop.WSPath, "backend", backends(ups)}
