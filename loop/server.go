@@ -5,7 +5,9 @@
 // Every connection, its session and its event loop's bookkeeping are owned by
 // that loop's goroutine and have no locks. Workers reach a loop only through
 // its completion queue (eventLoop.Post), which the loop drains in one turn and
-// answers with one write per connection.
+// answers with one write per connection. The loops also serve the
+// forwarders' byte-stream connections to upstreams (wire.go, backend.Loops):
+// a forwarded call and its answer stay on the loop that owns the connection.
 package loop
 
 import (

@@ -221,12 +221,24 @@ func (l *link) Output() []byte {
 	return out
 }
 
-// Traffic implements backend.Wire.
+// Traffic implements backend.Wire. The answers it applies are timed with
+// one clock reading for all of them.
 func (l *link) Traffic(in []byte) (int, error) {
+	l.now = nowNanos()
+	defer func() { l.now = 0 }()
 	if l.frame != nil {
 		return l.readFrames(in, l.up.cfg.MaxMessageBytes)
 	}
 	return l.readLines(in, l.up.cfg.MaxMessageBytes), nil
+}
+
+// clock is the time for the call durations: the reading of the current
+// Traffic on the loop, else the time now.
+func (l *link) clock() int64 {
+	if l.now != 0 {
+		return l.now
+	}
+	return nowNanos()
 }
 
 // readLines applies the complete NDJSON lines of in (a trailing \r is

@@ -49,23 +49,25 @@ type link struct {
 	up_     bool              // guarded by mu: connected, accepting calls
 	pending map[uint64]call   // guarded by mu: calls in flight and live subscriptions, by upstream id
 	subs    map[string]uint64 // guarded by mu: upstream subscription id -> upstream request id
-	out     []byte            // guarded by mu: framed output not yet taken by the writer
+	out     []byte            // guarded by mu: framed output not yet written (byte-stream: by the loop)
 	pubs    []natsPub         // guarded by mu: NATS messages not yet taken by the writer
 	pubSize int               // guarded by mu: bytes in pubs
 	enc     []byte            // guarded by mu: scratch for a message being framed
-	wake    chan struct{}     // cap 1: output or a state change for the writer
+	wake    chan struct{}     // cap 1: output or a state change for the NATS writer
 
 	inflight atomic.Int64 // calls in pending that are not live subscriptions, for replica choice
 
-	garbage burst  // reader-owned: what the upstream sent that was dropped
-	body    []byte // reader-owned scratch: an event's members
-	name    []byte // reader-owned scratch: an unquoted subscription id
+	// Reader-owned (the loop, or nats.go's delivery goroutine; see handle).
+	garbage burst  // what the upstream sent that was dropped
+	body    []byte // scratch: an event's members
+	name    []byte // scratch: an unquoted subscription id
 
 	// The byte-stream side, loop-owned (conn.go): the loop's side of the
 	// connection while connected, the reading state, and where Closed
 	// tells the supervisor.
 	wc   backend.WireConn
 	rd   reading
+	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
 	gone chan struct{} // cap 1: the loop closed the connection
 }
 

@@ -34,7 +34,8 @@ import (
 // Config configures the upstreams. Zero values mean the defaults.
 type Config struct {
 	// Conns is the number of connections per tcp or ws replica [2] (a
-	// nats replica is one connection).
+	// nats replica is one connection), spread over the event loops
+	// (StartOn).
 	Conns int
 	// Timeout is how long a unary call may wait for its answer [30s].
 	Timeout time.Duration
