@@ -374,14 +374,11 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			if !h.fin {
 				return n, ws.ErrProtocolControlNotFinal
 			}
-			if int64(len(in)-n-hs) < h.length {
+			p, ok := payload(in[n:], hs, h)
+			if !ok {
 				return n, nil
 			}
-			p := in[n+hs : n+hs+int(h.length)]
-			n += hs + int(h.length)
-			if h.masked {
-				ws.Cipher(p, h.mask, 0)
-			}
+			n += hs + len(p)
 			switch h.op {
 			case ws.OpClose:
 				return n, errUpstreamClosedWS
@@ -409,14 +406,11 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			rd.skip = h.length
 			continue
 		}
-		if int64(len(in)-n-hs) < h.length {
+		p, ok := payload(in[n:], hs, h)
+		if !ok {
 			return n, nil
 		}
-		p := in[n+hs : n+hs+int(h.length)]
-		n += hs + int(h.length)
-		if h.masked {
-			ws.Cipher(p, h.mask, 0)
-		}
+		n += hs + len(p)
 		switch {
 		case h.fin && len(rd.msg) == 0:
 			l.handle(p) // the whole message in one frame: no copy
@@ -431,6 +425,19 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			rd.msg = append(rd.msg, p...)
 		}
 	}
+}
+
+// payload returns the unmasked payload of the frame at the start of in,
+// whose header h is hs bytes, or false when not all of it has arrived.
+func payload(in []byte, hs int, h frameHeader) ([]byte, bool) {
+	if int64(len(in)-hs) < h.length {
+		return nil, false
+	}
+	p := in[hs : hs+int(h.length)]
+	if h.masked {
+		ws.Cipher(p, h.mask, 0)
+	}
+	return p, true
 }
 
 // appendClientFrame appends msg as one masked text frame (RFC 6455 section
