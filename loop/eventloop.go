@@ -15,8 +15,13 @@ import (
 // workers post to, the connections the loop owns (for timeout sweeps) and the
 // connections with output to flush at the end of the current turn.
 type eventLoop struct {
-	srv *Server        // immutable
-	el  gnet.EventLoop // immutable
+	srv   *Server        // immutable
+	el    gnet.EventLoop // immutable
+	index int            // the loop's number (backend.Loops), -1 until Start numbers it
+
+	// wires are the forwarders' connections with output to write at the
+	// end of this turn (wire.go).
+	wires []*wire // loop-owned
 
 	mu        sync.Mutex
 	queue     []rpc.Completion // guarded by mu: posted by workers, not yet applied
@@ -171,6 +176,11 @@ func (l *eventLoop) flush() {
 		w.flush()
 	}
 	l.dirty = l.dirty[:0]
+	for i, x := range l.wires {
+		l.wires[i] = nil
+		x.flush()
+	}
+	l.wires = l.wires[:0]
 }
 
 // pause takes w's socket out of the read set. Runs on the loop.

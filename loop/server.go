@@ -5,7 +5,9 @@
 // Every connection, its session and its event loop's bookkeeping are owned by
 // that loop's goroutine and have no locks. Workers reach a loop only through
 // its completion queue (eventLoop.Post), which the loop drains in one turn and
-// answers with one write per connection.
+// answers with one write per connection. The loops also serve the
+// forwarders' byte-stream connections to upstreams (wire.go, backend.Loops):
+// a forwarded call and its answer stay on the loop that owns the connection.
 package loop
 
 import (
@@ -54,6 +56,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
+	// numbered are the loops by number (backend.Loops), set by Start.
+	numbered []*eventLoop // guarded by mu while Start numbers them; immutable after
 }
 
 // New validates cfg and returns a server that serves sessions of srv.
@@ -116,6 +120,13 @@ func (s *Server) Start() error {
 		return fmt.Errorf("loop: start event loops: %w", err)
 	}
 	s.cli = cli
+	if err := s.number(s.cfg.Loops); err != nil {
+		_ = cli.Stop()
+		for _, a := range s.acceptors {
+			a.ln.Close()
+		}
+		return fmt.Errorf("loop: start event loops: %w", err)
+	}
 	for _, a := range s.acceptors {
 		s.accepting.Add(1)
 		go a.run()
@@ -156,7 +167,7 @@ func (s *Server) loopOf(el gnet.EventLoop) *eventLoop {
 	defer s.mu.Unlock()
 	l := s.loops[el]
 	if l == nil {
-		l = &eventLoop{srv: s, el: el, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes, ctr: &rpc.Counters{}}
+		l = &eventLoop{srv: s, el: el, index: -1, epfd: epollFD(el), spareMax: s.cfg.SpareOutputBytes, ctr: &rpc.Counters{}}
 		if s.rpc != nil {
 			l.turn = s.rpc.NewTurn()
 			l.ctr = s.rpc.NewCounters()
@@ -182,6 +193,10 @@ func (s *Server) eventLoops() []*eventLoop {
 // OnOpen implements gnet.EventHandler.
 func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := s.loopOf(c.EventLoop())
+	switch c.Context().(type) {
+	case probe, *wire:
+		return nil, s.openWire(c, l)
+	}
 	if s.rpc != nil && s.rpc.Draining() {
 		l.counts.rejected[rejectDraining]++
 		return nil, gnet.Close
@@ -237,6 +252,10 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	w, ok := c.Context().(*conn)
 	if !ok {
+		if x, ok := c.Context().(*wire); ok {
+			x.l.clock(time.Now())
+			return x.traffic()
+		}
 		return gnet.Close
 	}
 	now := time.Now()
@@ -272,6 +291,10 @@ func (s *Server) input(w *conn, buf []byte, now time.Time) {
 
 // OnClose implements gnet.EventHandler.
 func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
+	if x, ok := c.Context().(*wire); ok {
+		x.closed(err)
+		c.SetContext(nil)
+	}
 	if w, ok := c.Context().(*conn); ok {
 		if !w.halfClosed(c, err) {
 			w.closed()

@@ -70,3 +70,12 @@ func producerReason(err error) closeReason {
 	}
 	return reasonDone
 }
+
+// Home implements backend.Homed: the event loop of the task's session, when
+// its poster is one.
+func (t *Task) Home() (backend.Loops, int) {
+	if h, ok := t.sess.post.(backend.Homed); ok {
+		return h.Home()
+	}
+	return nil, -1
+}

@@ -72,8 +72,8 @@ type proxy struct {
 }
 
 // startProxy starts the upstreams of specs (NAME=URL, as --upstream) with
-// routes (PATTERN=NAME, as --route), waits until every connection is up,
-// and starts a gateway forwarding to them. Both stop in t.Cleanup, the
+// routes (PATTERN=NAME, as --route) on a gateway forwarding to them, and
+// waits until every connection is up. Both stop in t.Cleanup, the
 // upstreams after the gateway.
 func startProxy(t *testing.T, cfg upstream.Config, specs []string, routes ...string) *proxy {
 	t.Helper()
@@ -120,20 +120,22 @@ func startProxyOpts(t *testing.T, cfg upstream.Config, up int, specs, routes []s
 	if err != nil {
 		t.Fatal(err)
 	}
-	set.Start()
-	t.Cleanup(func() {
+	t.Cleanup(func() { // after the gateway's: cleanups run last registered first
 		set.Close()
 		if t.Failed() {
 			t.Logf("upstream logs:\n%s", logs.String())
 		}
 	})
+	opts = append([]func(*gwConfig){func(c *gwConfig) { c.rpc.Forward = set.Forwarder }}, opts...)
+	gw := startGateway(t, opts...)
+	// The upstreams' connections live on the gateway's event loops: they
+	// start once the loops run.
+	set.StartOn(gw.srv)
 	if up < 0 {
 		waitConnected(t, set)
 	} else {
 		waitUp(t, set.Upstreams()[0], up)
 	}
-	opts = append([]func(*gwConfig){func(c *gwConfig) { c.rpc.Forward = set.Forwarder }}, opts...)
-	gw := startGateway(t, opts...)
 	return &proxy{gateway: gw, set: set}
 }
 

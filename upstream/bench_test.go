@@ -29,17 +29,17 @@ func newBenchLink(frame func(dst, msg []byte) []byte) *link {
 
 // BenchmarkLinkRoundTrip is one forwarded unary call through a link, with
 // no I/O: Forward encodes it into the output buffer and records it, the
-// writer takes the buffer, and the reader applies the upstream's answer and
-// finishes the call. It is the per-call cost of the upstream package on top
+// loop takes the buffer, and the link applies the upstream's answer and
+// finishes the call, as the link's event loop drives it. It is the per-call cost of the upstream package on top
 // of the gateway's own dispatch.
 func BenchmarkLinkRoundTrip(b *testing.B) {
 	l := newBenchLink(nil)
 	c := &benchCall{}
-	var spare, answer []byte
+	var answer []byte
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		l.forward(c)
-		spare = l.take(spare)
+		l.Output()
 		answer = append(codec.AppendUint(append(answer[:0], `{"jsonrpc":"2.0","id":`...), uint64(i+1)), `,"result":{"a":1}}`...)
 		l.handle(answer)
 	}

@@ -4,38 +4,33 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
-)
+	"golang.org/x/sys/unix"
 
-// transport is one live connection to an upstream.
-type transport interface {
-	io.Writer // the writer goroutine's
-	// read reads messages and hands each to l.handle until the connection
-	// fails. The reader goroutine's.
-	read(l *link) error
-	// Close drops the connection at once; read and Write then return.
-	Close() error
-	// shutdown ends the connection gracefully (exec: EOF on stdin, then
-	// SIGTERM, then SIGKILL) and returns once it has ended.
-	shutdown(timeout time.Duration)
-}
+	"github.com/openengine/edge/backend"
+)
 
 // dialTimeout bounds a connect or an upgrade.
 const dialTimeout = 5 * time.Second
 
-// supervisor keeps one link connected: it dials (or starts the exec child),
-// serves the connection until it fails, and redials with back-off and jitter
-// (CONTRACT.md section 10), logging each change of state once.
+// supervisor keeps one byte-stream link connected: it dials (or starts the
+// exec child), attaches the connection to the link's event loop, posts the
+// timeout sweep to that loop while it is up, and redials with back-off and
+// jitter once the loop reports it closed (CONTRACT.md section 10), logging
+// each change of state once. It is not on any call's path: calls reach the
+// connection on its loop.
 type supervisor struct {
 	u *Upstream
 	l *link
@@ -47,15 +42,17 @@ func (s *supervisor) run() {
 	attempt := 0
 	logged := "" // the state last logged
 	for {
-		t, err := s.dial()
+		c, ch, err := s.dial()
 		if err == nil {
-			s.l.open()
+			if err = s.l.loops.Attach(s.l.home, c, s.l); err != nil && ch != nil {
+				ch.shutdown(0)
+			}
+		}
+		if err == nil {
 			s.u.log.Info("upstream connected", "upstream", s.u.name, "conn", s.l.desc)
 			logged = "up"
 			start := time.Now()
-			stopping := s.serve(t)
-			s.l.fail()
-			if stopping {
+			if s.serve(ch) {
 				return
 			}
 			s.u.log.Warn("upstream connection lost", "upstream", s.u.name, "conn", s.l.desc)
@@ -78,10 +75,11 @@ func (s *supervisor) run() {
 	}
 }
 
-func (s *supervisor) dial() (transport, error) {
+// dial connects (exec: starts the child, ch) and returns the connection.
+func (s *supervisor) dial() (net.Conn, *child, error) {
 	select {
 	case <-s.u.quit:
-		return nil, errors.New("closed")
+		return nil, nil, errors.New("closed")
 	default:
 	}
 	switch s.r.Kind {
@@ -89,77 +87,82 @@ func (s *supervisor) dial() (transport, error) {
 		return startExec(s.u, s.r.Argv)
 	case TCP:
 		c, err := net.DialTimeout("tcp", s.r.Addr, dialTimeout)
-		if err != nil {
-			return nil, err
-		}
-		return &lineConn{Conn: c, r: c, max: s.u.cfg.MaxMessageBytes}, nil
+		return c, nil, err
 	case WebSocket:
 		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 		defer cancel()
 		c, br, _, err := ws.Dialer{Timeout: dialTimeout}.Dial(ctx, s.r.URL)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		var r io.Reader = c
 		if br != nil {
-			r = br
-		}
-		return &wsConn{Conn: c, r: r, max: s.u.cfg.MaxMessageBytes}, nil
-	}
-	return nil, fmt.Errorf("transport %s has no connections", s.r.Kind)
-}
-
-// serve runs the connection until it fails or the upstream is closed, and
-// reports whether it was closed.
-func (s *supervisor) serve(t transport) (stopping bool) {
-	rdone := make(chan error, 1)
-	go func() { rdone <- t.read(s.l) }()
-	wstop := make(chan struct{})
-	wdone := make(chan struct{})
-	go s.write(t, wstop, wdone)
-	select {
-	case <-rdone:
-		t.Close()
-	case <-wdone:
-		t.Close()
-		<-rdone
-	case <-s.u.quit:
-		stopping = true
-		s.l.fail() // no new calls; those in flight are answered
-		t.shutdown(s.u.cfg.KillTimeout)
-		<-rdone
-	}
-	close(wstop)
-	<-wdone
-	return stopping
-}
-
-// write is the writer goroutine: it writes what Forward and the reader
-// queue, and sweeps calls past their deadline.
-func (s *supervisor) write(t transport, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	tick := time.NewTicker(sweepEvery(s.u.cfg.Timeout))
-	defer tick.Stop()
-	var spare []byte
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-tick.C:
-			s.l.sweep(now.UnixNano())
-			continue
-		case <-s.l.wake:
-		}
-		out := s.l.take(spare)
-		if len(out) > 0 {
-			if _, err := t.Write(out); err != nil {
-				return
+			n := br.Buffered()
+			ws.PutReader(br)
+			if n > 0 {
+				// edge speaks first on its upstream connections.
+				c.Close()
+				return nil, nil, errors.New("the upstream sent a message before any request")
 			}
 		}
-		if cap(out) > 1<<20 {
-			out = nil // a burst's buffer is not kept
+		return c, nil, nil
+	}
+	return nil, nil, fmt.Errorf("transport %s has no connections", s.r.Kind)
+}
+
+// serve sweeps the connection's calls for timeouts on its loop until the
+// loop reports it closed, or until the upstream is closed, and reports
+// whether it was closed.
+func (s *supervisor) serve(ch *child) (stopping bool) {
+	l := s.l
+	tick := time.NewTicker(sweepEvery(s.u.cfg.Timeout))
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.gone:
+			if ch != nil {
+				// Its stdout ended: it exits, or is made to.
+				ch.shutdown(s.u.cfg.KillTimeout)
+			}
+			return false
+		case now := <-tick.C:
+			l.loops.Run(l.home, func() { l.sweep(now.UnixNano()) })
+		case <-s.u.quit:
+			s.stop(ch)
+			return true
 		}
-		spare = out
+	}
+}
+
+// stop ends the connection for Close: calls in flight are answered
+// UPSTREAM_UNAVAILABLE, a WebSocket gets a close frame, an exec child EOF
+// on its stdin, then SIGTERM, then SIGKILL (CONTRACT.md section 10).
+func (s *supervisor) stop(ch *child) {
+	l := s.l
+	ran := l.loops.Run(l.home, func() {
+		l.fail() // no new calls; those in flight are answered
+		switch {
+		case l.wc == nil:
+		case ch != nil:
+			l.wc.CloseWrite()
+		case l.frame != nil:
+			l.wc.Write(appendCloseFrame(nil, ws.StatusGoingAway))
+			l.wc.Close()
+		default:
+			l.wc.Close()
+		}
+	})
+	if ch != nil {
+		ch.shutdown(s.u.cfg.KillTimeout)
+		if ran {
+			l.loops.Run(l.home, func() {
+				if l.wc != nil {
+					l.wc.Close()
+				}
+			})
+		}
+	}
+	if ran {
+		<-l.gone // the loop closes it, or has stopped and closed it
 	}
 }
 
@@ -169,54 +172,107 @@ func sweepEvery(timeout time.Duration) time.Duration {
 	return min(max(timeout/10, 5*time.Millisecond), time.Second)
 }
 
-// lineConn is an NDJSON connection: TCP, or an exec child's stdio.
-type lineConn struct {
-	net.Conn           // TCP; nil for exec
-	r        io.Reader // where lines come from
-	max      int
+// The link as a backend.Wire: its loop calls these.
+
+var _ backend.Wire = (*link)(nil)
+
+// reading is the state of a byte-stream link's reader between turns.
+type reading struct {
+	skipping bool // NDJSON: dropping the rest of an over-long line
+	scanned  int  // NDJSON: bytes of the unconsumed input known to hold no newline
+	// WebSocket: the message being assembled from fragments, whether it
+	// is text and over the limit, and the bytes of a dropped frame's
+	// payload still to skip.
+	msg     []byte
+	inText  bool
+	tooLong bool
+	skip    int64
 }
 
-func (c *lineConn) shutdown(time.Duration) { c.Close() }
+// Open implements backend.Wire: the link takes calls.
+func (l *link) Open(c backend.WireConn) {
+	l.wc = c
+	l.rd = reading{}
+	l.open()
+}
 
-func (c *lineConn) read(l *link) error { return readLines(c.r, c.max, l) }
+// Closed implements backend.Wire: everything on the link is settled
+// (fail) and the supervisor reconnects.
+func (l *link) Closed(error) {
+	l.fail()
+	l.wc = nil
+	l.rd = reading{}
+	select {
+	case l.gone <- struct{}{}:
+	default:
+	}
+}
 
-// readLines reads newline-delimited messages (a trailing \r is stripped).
-// A line over max bytes is dropped and reading resumes after it.
-func readLines(r io.Reader, max int, l *link) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var long []byte
-	skipping := false
+// Output implements backend.Wire. The loop writes the buffer before the
+// link appends to it again.
+func (l *link) Output() []byte {
+	l.mu.Lock()
+	out := l.out
+	l.out = out[:0]
+	if cap(out) > 1<<20 {
+		l.out = nil // a burst's buffer is not kept
+	}
+	l.mu.Unlock()
+	return out
+}
+
+// Traffic implements backend.Wire. The answers it applies are timed with
+// one clock reading for all of them.
+func (l *link) Traffic(in []byte) (int, error) {
+	l.now = nowNanos()
+	defer func() { l.now = 0 }()
+	if l.frame != nil {
+		return l.readFrames(in, l.up.cfg.MaxMessageBytes)
+	}
+	return l.readLines(in, l.up.cfg.MaxMessageBytes), nil
+}
+
+// clock is the time for the call durations: the reading of the current
+// Traffic on the loop, else the time now.
+func (l *link) clock() int64 {
+	if l.now != 0 {
+		return l.now
+	}
+	return nowNanos()
+}
+
+// readLines applies the complete NDJSON lines of in (a trailing \r is
+// stripped) and returns how many bytes it consumed. A line over max bytes
+// is dropped, also before its end has arrived, and reading resumes after
+// it.
+func (l *link) readLines(in []byte, max int) int {
+	n := 0
+	from := min(l.rd.scanned, len(in))
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if !skipping && len(long)+len(line) > max {
-				skipping, long = true, nil
-				l.drop(dropTooLong)
-			}
-			if !skipping {
-				long = append(long, line...)
-			}
+		i := bytes.IndexByte(in[from:], '\n')
+		if i < 0 {
+			break
+		}
+		line := in[n : from+i+1]
+		n = from + i + 1
+		from = n
+		if l.rd.skipping {
+			l.rd.skipping = false
 			continue
-		}
-		if err != nil {
-			if len(line) > 0 && !skipping {
-				l.handleLine(append(long, line...), max)
-			}
-			return err
-		}
-		if skipping {
-			skipping = false
-			continue
-		}
-		if len(long) > 0 {
-			line = append(long, line...)
-			long = long[:0]
-			if cap(long) > 1<<20 {
-				long = nil
-			}
 		}
 		l.handleLine(line, max)
 	}
+	l.rd.scanned = 0
+	if l.rd.skipping {
+		return len(in)
+	}
+	if len(in)-n > max+1 { // longer than max even without its "\r\n"
+		l.drop(dropTooLong)
+		l.rd.skipping = true
+		return len(in)
+	}
+	l.rd.scanned = len(in) - n
+	return n
 }
 
 // handleLine applies one NDJSON line.
@@ -232,49 +288,100 @@ func (l *link) handleLine(line []byte, max int) {
 	}
 }
 
-// wsConn is a WebSocket connection to an upstream: edge is the client, so
-// its frames are masked (appendClientFrame).
-type wsConn struct {
-	net.Conn
-	r   io.Reader
-	max int
+// errUpstreamClosedWS ends a WebSocket link whose upstream sent a close.
+var errUpstreamClosedWS = errors.New("upstream closed the WebSocket")
+
+// frameHeader is a WebSocket frame header.
+type frameHeader struct {
+	fin    bool
+	op     ws.OpCode
+	masked bool
+	mask   [4]byte
+	length int64
 }
 
-func (c *wsConn) shutdown(time.Duration) {
-	_, _ = c.Write(appendCloseFrame(nil, ws.StatusGoingAway))
-	c.Close()
-}
-
-// read reads WebSocket messages: text messages go to l.handle; pings are
-// answered; binary and oversized messages are dropped; a close ends the
-// connection.
-func (c *wsConn) read(l *link) error {
-	var msg []byte
-	var tooLong, inText bool
-	for {
-		h, err := ws.ReadHeader(c.r)
-		if err != nil {
-			return err
+// parseHeader reads the frame header at the start of in: its size, or 0
+// when in does not hold all of it yet.
+func parseHeader(in []byte) (h frameHeader, size int, err error) {
+	if len(in) < 2 {
+		return h, 0, nil
+	}
+	h.fin = in[0]&0x80 != 0
+	h.op = ws.OpCode(in[0] & 0x0f)
+	h.masked = in[1]&0x80 != 0
+	size = 2
+	switch n := in[1] & 0x7f; n {
+	case 126:
+		if len(in) < 4 {
+			return h, 0, nil
 		}
-		if h.OpCode.IsControl() {
+		h.length = int64(binary.BigEndian.Uint16(in[2:]))
+		size = 4
+	case 127:
+		if len(in) < 10 {
+			return h, 0, nil
+		}
+		v := binary.BigEndian.Uint64(in[2:])
+		if v>>63 != 0 {
+			return h, 0, ws.ErrHeaderLengthMSB
+		}
+		h.length = int64(v)
+		size = 10
+	default:
+		h.length = int64(n)
+	}
+	if h.masked {
+		if len(in) < size+4 {
+			return h, 0, nil
+		}
+		copy(h.mask[:], in[size:])
+		size += 4
+	}
+	return h, size, nil
+}
+
+// readFrames applies the complete WebSocket frames of in and returns how
+// many bytes it consumed: text messages go to handle; pings are answered;
+// binary and oversized messages are dropped (their payload skipped as it
+// arrives, never buffered); a close or a malformed control frame ends the
+// connection. A data frame is consumed once all of it has arrived: at most
+// max bytes of payload wait in the loop's input buffer.
+func (l *link) readFrames(in []byte, max int) (int, error) {
+	rd := &l.rd
+	n := 0
+	for {
+		if rd.skip > 0 {
+			k := int(min(int64(len(in)-n), rd.skip))
+			n += k
+			rd.skip -= int64(k)
+			if rd.skip > 0 {
+				return n, nil
+			}
+		}
+		h, hs, err := parseHeader(in[n:])
+		if err != nil {
+			return n, err
+		}
+		if hs == 0 {
+			return n, nil
+		}
+		if h.op.IsControl() {
 			// RFC 6455 section 5.5: final, at most 125 bytes. Checked
-			// before anything is allocated at the length the header claims.
-			if h.Length > ws.MaxControlFramePayloadSize {
-				return ws.ErrProtocolControlPayloadOverflow
+			// before anything waits for the length the header claims.
+			if h.length > ws.MaxControlFramePayloadSize {
+				return n, ws.ErrProtocolControlPayloadOverflow
 			}
-			if !h.Fin {
-				return ws.ErrProtocolControlNotFinal
+			if !h.fin {
+				return n, ws.ErrProtocolControlNotFinal
 			}
-			p := make([]byte, h.Length)
-			if _, err := io.ReadFull(c.r, p); err != nil {
-				return err
+			p, ok := payload(in[n:], hs, h)
+			if !ok {
+				return n, nil
 			}
-			if h.Masked {
-				ws.Cipher(p, h.Mask, 0)
-			}
-			switch h.OpCode {
+			n += hs + len(p)
+			switch h.op {
 			case ws.OpClose:
-				return errors.New("upstream closed the WebSocket")
+				return n, errUpstreamClosedWS
 			case ws.OpPing:
 				l.mu.Lock()
 				if l.up_ {
@@ -285,36 +392,52 @@ func (c *wsConn) read(l *link) error {
 			}
 			continue
 		}
-		if h.OpCode != ws.OpContinuation {
-			msg, tooLong, inText = msg[:0], false, h.OpCode == ws.OpText
+		if h.op != ws.OpContinuation {
+			rd.msg, rd.tooLong, rd.inText = rd.msg[:0], false, h.op == ws.OpText
 		}
-		if tooLong || h.Length > int64(c.max-len(msg)) || !inText { // no overflow: len(msg) <= max
-			if !tooLong && inText {
+		if rd.tooLong || h.length > int64(max-len(rd.msg)) || !rd.inText { // no overflow: len(msg) <= max
+			if !rd.tooLong && rd.inText {
 				l.drop(dropTooLong)
-			} else if !inText && h.OpCode == ws.OpBinary {
+			} else if !rd.inText && h.op == ws.OpBinary {
 				l.drop(dropBadJSON)
 			}
-			tooLong = inText
-			if _, err := io.CopyN(io.Discard, c.r, h.Length); err != nil {
-				return err
-			}
+			rd.tooLong = rd.inText
+			n += hs
+			rd.skip = h.length
 			continue
 		}
-		n := len(msg)
-		msg = append(msg, make([]byte, h.Length)...)
-		if _, err := io.ReadFull(c.r, msg[n:]); err != nil {
-			return err
+		p, ok := payload(in[n:], hs, h)
+		if !ok {
+			return n, nil
 		}
-		if h.Masked {
-			ws.Cipher(msg[n:], h.Mask, 0)
-		}
-		if h.Fin {
-			l.handle(msg)
-			if cap(msg) > 1<<20 {
-				msg = nil
+		n += hs + len(p)
+		switch {
+		case h.fin && len(rd.msg) == 0:
+			l.handle(p) // the whole message in one frame: no copy
+		case h.fin:
+			rd.msg = append(rd.msg, p...)
+			l.handle(rd.msg)
+			rd.msg = rd.msg[:0]
+			if cap(rd.msg) > 1<<20 {
+				rd.msg = nil
 			}
+		default:
+			rd.msg = append(rd.msg, p...)
 		}
 	}
+}
+
+// payload returns the unmasked payload of the frame at the start of in,
+// whose header h is hs bytes, or false when not all of it has arrived.
+func payload(in []byte, hs int, h frameHeader) ([]byte, bool) {
+	if int64(len(in)-hs) < h.length {
+		return nil, false
+	}
+	p := in[hs : hs+int(h.length)]
+	if h.masked {
+		ws.Cipher(p, h.mask, 0)
+	}
+	return p, true
 }
 
 // appendClientFrame appends msg as one masked text frame (RFC 6455 section
@@ -346,43 +469,39 @@ func appendCloseFrame(dst []byte, code ws.StatusCode) []byte {
 	return appendFrame(dst, ws.OpClose, []byte{byte(code >> 8), byte(code)})
 }
 
-// execConn is an exec child speaking NDJSON on its stdin and stdout.
-type execConn struct {
-	lineConn
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	readDone chan struct{} // closed once stdout has been read to its end
-	done     chan struct{} // closed once the child has been waited for
+// child is an exec upstream's process.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the child has been waited for
 }
 
-// read reads the child's stdout to its end: Wait, which closes the pipe,
-// waits for that, so no answer written before an exit is lost.
-func (c *execConn) read(l *link) error {
-	defer close(c.readDone)
-	return readLines(c.r, c.max, l)
-}
-
-// startExec starts argv as a child with its stderr lines logged under the
-// upstream's name. No shell is involved.
-func startExec(u *Upstream, argv []string) (*execConn, error) {
+// startExec starts argv as a child speaking NDJSON on its stdin and stdout,
+// which are both one end of a Unix stream socket pair; the other end is the
+// returned connection, which an event loop serves like a TCP one. Its
+// stderr lines are logged under the upstream's name. No shell is involved.
+func startExec(u *Upstream, argv []string) (net.Conn, *child, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "upstream"), os.NewFile(uintptr(fds[1]), "upstream stdio")
+	defer mine.Close()
+	defer theirs.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
+	cmd.Stdin, cmd.Stdout = theirs, theirs
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	c, err := net.FileConn(mine)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		c.Close()
+		return nil, nil, err
 	}
-	c := &execConn{lineConn: lineConn{r: stdout, max: u.cfg.MaxMessageBytes}, cmd: cmd, stdin: stdin,
-		readDone: make(chan struct{}), done: make(chan struct{})}
+	ch := &child{cmd: cmd, done: make(chan struct{})}
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
@@ -394,13 +513,12 @@ func startExec(u *Upstream, argv []string) (*execConn, error) {
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
 	go func() {
-		<-logged // Wait closes the pipes: read them out first
-		<-c.readDone
+		<-logged // Wait closes the pipe: read it out first
 		err := cmd.Wait()
 		u.log.Info("upstream process exited", "upstream", u.name, "pid", cmd.Process.Pid, "status", exitStatus(err))
-		close(c.done)
+		close(ch.done)
 	}()
-	return c, nil
+	return c, ch, nil
 }
 
 func exitStatus(err error) string {
@@ -410,19 +528,10 @@ func exitStatus(err error) string {
 	return err.Error()
 }
 
-func (c *execConn) Write(p []byte) (int, error) { return c.stdin.Write(p) }
-
-// Close kills the child at once.
-func (c *execConn) Close() error {
-	_ = c.stdin.Close()
-	_ = c.cmd.Process.Kill()
-	return nil
-}
-
-// shutdown gives the child EOF on stdin, then SIGTERM after timeout, then
-// SIGKILL after timeout again (CONTRACT.md section 10).
-func (c *execConn) shutdown(timeout time.Duration) {
-	_ = c.stdin.Close()
+// shutdown waits up to timeout for the child to exit (it has EOF on its
+// stdin), then sends SIGTERM and waits up to timeout again, then SIGKILL,
+// and returns once it has been waited for (CONTRACT.md section 10).
+func (c *child) shutdown(timeout time.Duration) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {

@@ -1,9 +1,8 @@
 package upstream
 
 import (
-	"bytes"
 	"errors"
-	"io"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -25,7 +24,7 @@ func TestWSReaderHugeFrameLengths(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      []byte
-		wantErr error // nil: the input's end (io.EOF or io.ErrUnexpectedEOF)
+		wantErr error // nil: the input consumed or waiting for more
 	}{
 		{"ping claiming 2^63-1 bytes", append([]byte{0x89}, huge...), ws.ErrProtocolControlPayloadOverflow},
 		{"ping claiming 4 GiB", append([]byte{0x89}, gib...), ws.ErrProtocolControlPayloadOverflow},
@@ -41,12 +40,9 @@ func TestWSReaderHugeFrameLengths(t *testing.T) {
 			u := testUpstream(nil, Config{MaxMessageBytes: 1 << 10})
 			l := newLink(u, "t", appendClientFrame, true)
 			l.open()
-			err := (&wsConn{r: bytes.NewReader(tt.in), max: 1 << 10}).read(l)
-			switch {
-			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
-				t.Fatalf("read: %v, want %v", err, tt.wantErr)
-			case tt.wantErr == nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
-				t.Fatalf("read: %v, want the end of the input", err)
+			_, err := feed(l, tt.in, 7)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Traffic: %v, want %v", err, tt.wantErr)
 			}
 		})
 	}
@@ -54,28 +50,60 @@ func TestWSReaderHugeFrameLengths(t *testing.T) {
 
 // TestReadLinesLimits: NDJSON lines from an upstream are split on \n with a
 // trailing \r stripped; a line over the limit is dropped and counted, also
-// one longer than the read buffer, and reading resumes after it; a last
-// line without a newline still counts.
+// one longer than the read buffer, also when it arrives in pieces, and
+// reading resumes after it; a last line without its newline waits for it.
 func TestReadLinesLimits(t *testing.T) {
 	const max = 100
 	u := testUpstream(nil, Config{MaxMessageBytes: max})
 	l := newLink(u, "t", nil, false)
 	l.open()
 	c, c2 := &recCall{method: "edge/echo"}, &recCall{method: "edge/echo"}
-	l.forward(c)
-	l.forward(c2)
 	in := strings.Repeat("x", max+1) + "\n" + // over the limit
 		strings.Repeat("y", 200<<10) + "\n" + // over the limit and the 64 KiB read buffer
 		"\r\n\n" + // empty lines: nothing
 		`{"jsonrpc":"2.0","id":1,"result":{"ok":1}}` + "\r\n" +
 		`{"jsonrpc":"2.0","id":2,"result":{"ok":2}}` // no newline at the end
-	if err := readLines(strings.NewReader(in), max, l); !errors.Is(err, io.EOF) {
-		t.Fatalf("readLines: %v, want EOF", err)
+	for _, chunk := range []int{1, 13, 64 << 10} {
+		c.result, c2.result = nil, nil
+		l.rd = reading{}
+		l.forward(c)
+		l.forward(c2)
+		id := l.nextID.Load()
+		in := strings.ReplaceAll(in, `"id":1`, fmt.Sprintf(`"id":%d`, id-1))
+		in = strings.ReplaceAll(in, `"id":2`, fmt.Sprintf(`"id":%d`, id))
+		rest, err := feed(l, []byte(in), chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.result) != 1 || c.result[0] != `{"ok":1}` || len(c2.result) != 0 {
+			t.Fatalf("chunks of %d: calls finished with %q and %q, want the first only", chunk, c.result, c2.result)
+		}
+		if _, err := feed(l, append(rest, '\n'), chunk); err != nil {
+			t.Fatal(err)
+		}
+		if len(c2.result) != 1 || c2.result[0] != `{"ok":2}` {
+			t.Fatalf("chunks of %d: second call finished with %q once its newline arrived", chunk, c2.result)
+		}
 	}
-	if len(c.result) != 1 || c.result[0] != `{"ok":1}` || len(c2.result) != 1 || c2.result[0] != `{"ok":2}` {
-		t.Fatalf("calls finished with %q and %q, want one result each", c.result, c2.result)
+	if n := u.Dropped(); n != 6 {
+		t.Fatalf("Dropped() = %d, want 6 (the two long lines, three times)", n)
 	}
-	if n := u.Dropped(); n != 2 {
-		t.Fatalf("Dropped() = %d, want 2 (the two long lines)", n)
+}
+
+// feed hands in to the link's Traffic as an event loop would, chunk bytes
+// at a time, keeping what it does not consume; it returns what is left
+// unconsumed at the end, or Traffic's error.
+func feed(l *link, in []byte, chunk int) ([]byte, error) {
+	var buf []byte
+	for len(in) > 0 {
+		k := min(chunk, len(in))
+		buf = append(buf, in[:k]...)
+		in = in[k:]
+		n, err := l.Traffic(buf)
+		if err != nil {
+			return nil, err
+		}
+		buf = buf[:copy(buf, buf[n:])]
 	}
+	return buf, nil
 }

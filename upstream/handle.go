@@ -18,9 +18,12 @@ const (
 	dropBadSub      = "subscription result without a subscriptionId"
 )
 
-// handle applies one message from the upstream. Runs on the link's reader
-// goroutine; msg is valid only during the call. Nothing here blocks: calls
-// are finished and events emitted through the gateway's non-blocking hand-offs.
+// handle applies one message from the upstream. Runs where the link reads:
+// its event loop (byte-stream links), nats.go's delivery goroutine (NATS);
+// msg is valid only during the call. Nothing here blocks: calls are
+// finished and events emitted through the gateway's non-blocking hand-offs
+// (on the loop of a call's own session, a post to the queue that the loop
+// applies at the end of this turn).
 func (l *link) handle(msg []byte) {
 	env, ok := parseEnvelope(msg)
 	if !ok {
@@ -95,7 +98,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		l.mu.Unlock()
 		l.inflight.Add(-1)
 		l.signal()
-		now := nowNanos()
+		now := l.clock()
 		switch {
 		case e.dropped:
 			l.ended(e, outcomeCancelled, now)
@@ -118,7 +121,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		l.mu.Unlock()
 		l.inflight.Add(-1)
 		l.drop(dropBadSub)
-		l.ended(e, outcomeError, nowNanos())
+		l.ended(e, outcomeError, l.clock())
 		e.c.Finish(nil, errBadSubscription)
 		return
 	}
@@ -129,7 +132,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 	}
 	l.mu.Unlock()
 	l.inflight.Add(-1)
-	l.ended(e, outcomeOK, nowNanos())
+	l.ended(e, outcomeOK, l.clock())
 	e.stream.Establish(rewriteSubscriptionID(result, e.stream.ID()))
 }
 
@@ -310,7 +313,7 @@ type burst struct {
 	total      int
 }
 
-// drop counts one dropped upstream message. Reader goroutine only.
+// drop counts one dropped upstream message. Reader only (see handle).
 func (l *link) drop(why string) {
 	l.up.dropped.Add(1)
 	b := &l.garbage

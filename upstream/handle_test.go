@@ -96,7 +96,7 @@ func TestHandleAnswers(t *testing.T) {
 	for _, c := range calls {
 		l.forward(c)
 	}
-	l.take(nil) // the requests, as the writer would take them
+	l.Output() // the requests, as the loop would take them
 	for _, msg := range []string{
 		`{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"no","data":{"code":"X","details":[1, 2]}}}`,
 		`{"jsonrpc":"2.0","id":2,"result":{}}`,            // answered already: unknown
@@ -125,7 +125,7 @@ func TestHandleAnswers(t *testing.T) {
 	if n := u.Dropped(); n != 9 {
 		t.Fatalf("Dropped() = %d, want 9", n)
 	}
-	if got, want := string(l.take(nil)), `{"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":"Method not found"}}`+"\n"; got != want {
+	if got, want := string(l.Output()), `{"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":"Method not found"}}`+"\n"; got != want {
 		t.Fatalf("edge wrote to the upstream %q, want %q", got, want)
 	}
 }

@@ -10,14 +10,18 @@ import (
 )
 
 // link is one connection to an upstream (a TCP or WebSocket connection, an
-// exec child's stdio, or a NATS connection) and the calls in flight on it.
-// Forward and Cancel run on the gateway's event loops and never wait for
-// I/O: they append to the output buffer (NATS: the queue of messages to
-// publish) under mu and wake the writer. The link's reader goroutine (NATS:
-// nats.go's delivery goroutine of the inbox subscription) applies what the
-// upstream sends; its writer goroutine writes the output buffer (publishes)
-// and sweeps timed-out calls. No goroutine waits per call: a call in flight
-// is one entry in pending.
+// exec child's socket, or a NATS connection) and the calls in flight on it.
+//
+// A byte-stream link (exec, tcp, ws) lives on one of the gateway's event
+// loops (backend.Loops; its home): the loop reads its socket and hands the
+// bytes to Traffic, which applies them (handle.go), and writes its Output at
+// the end of every turn. Forward and Cancel of calls from sessions on that
+// loop append to the output buffer on the loop; calls from other loops get
+// there through the loop's task queue (forwardFrom). Every method of a
+// byte-stream link therefore runs on its loop; mu is never contended there
+// (it serves the NATS links, whose reader is nats.go's delivery goroutine
+// and whose writer is the supervisor's). No goroutine waits per call: a
+// call in flight is one entry in pending.
 type link struct {
 	up   *Upstream // immutable
 	desc string    // immutable: for logs, e.g. "tcp://127.0.0.1:9000#1"
@@ -32,22 +36,39 @@ type link struct {
 	// Immutable.
 	nats *natsLink
 
+	// home is the event loop a byte-stream link lives on, loops its
+	// Loops. Set by Upstream.StartOn before the link connects; immutable
+	// after.
+	home  int
+	loops backend.Loops
+	// nextID is the last upstream request id: taken on the loop, or by a
+	// call from another loop before it is posted to this one.
+	nextID atomic.Uint64
+
 	mu      sync.Mutex
 	up_     bool              // guarded by mu: connected, accepting calls
-	nextID  uint64            // guarded by mu: last upstream request id
 	pending map[uint64]call   // guarded by mu: calls in flight and live subscriptions, by upstream id
 	subs    map[string]uint64 // guarded by mu: upstream subscription id -> upstream request id
-	out     []byte            // guarded by mu: framed output not yet taken by the writer
+	out     []byte            // guarded by mu: framed output not yet written (byte-stream: by the loop)
 	pubs    []natsPub         // guarded by mu: NATS messages not yet taken by the writer
 	pubSize int               // guarded by mu: bytes in pubs
 	enc     []byte            // guarded by mu: scratch for a message being framed
-	wake    chan struct{}     // cap 1: output or a state change for the writer
+	wake    chan struct{}     // cap 1: output or a state change for the NATS writer
 
 	inflight atomic.Int64 // calls in pending that are not live subscriptions, for replica choice
 
-	garbage burst  // reader-owned: what the upstream sent that was dropped
-	body    []byte // reader-owned scratch: an event's members
-	name    []byte // reader-owned scratch: an unquoted subscription id
+	// Reader-owned (the loop, or nats.go's delivery goroutine; see handle).
+	garbage burst  // what the upstream sent that was dropped
+	body    []byte // scratch: an event's members
+	name    []byte // scratch: an unquoted subscription id
+
+	// The byte-stream side, loop-owned (conn.go): the loop's side of the
+	// connection while connected, the reading state, and where Closed
+	// tells the supervisor.
+	wc   backend.WireConn
+	rd   reading
+	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
+	gone chan struct{} // cap 1: the loop closed the connection
 }
 
 // call is one entry of link.pending.
@@ -62,24 +83,73 @@ type call struct {
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
-	return &link{up: up, desc: desc, frame: frame, cancels: cancels, wake: make(chan struct{}, 1)}
+	return &link{up: up, desc: desc, frame: frame, cancels: cancels, home: -1,
+		wake: make(chan struct{}, 1), gone: make(chan struct{}, 1)}
 }
 
-// signal wakes the writer.
+// signal has the output written: by the loop at the end of its turn
+// (byte-stream links), or by the writer it wakes (NATS).
 func (l *link) signal() {
+	if l.nats == nil {
+		if l.wc != nil {
+			l.wc.Dirty()
+		}
+		return
+	}
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Forward implements backend.Forwarder for this one link. Runs on a loop.
+// forward implements backend.Forwarder for this one link. Runs on the
+// link's loop (a NATS link: on any loop).
 func (l *link) forward(c backend.Call) backend.Ticket {
+	id := l.nextID.Add(1)
+	if !l.forwardID(c, id) {
+		return backend.Ticket{}
+	}
+	return backend.NewTicket(l, id)
+}
+
+// forwardFrom forwards c, a call from a session on another loop (or on
+// none), through the link's loop: the request is written there, and a
+// cancel follows it the same way (remote). Nothing of the link is touched
+// here but its id counter.
+func (l *link) forwardFrom(c backend.Call) backend.Ticket {
+	id := l.nextID.Add(1)
+	// Counted in flight from now, so that the calls picked before the loop
+	// runs this one spread over the links as the others do.
+	l.inflight.Add(1)
+	if !l.loops.Run(l.home, func() {
+		l.forwardID(c, id)
+		l.inflight.Add(-1)
+	}) {
+		l.inflight.Add(-1)
+		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
+		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		return backend.Ticket{}
+	}
+	return backend.NewTicket(remote{l}, id)
+}
+
+// remote is the Canceller of a call forwarded from another loop.
+type remote struct{ l *link }
+
+// Cancel implements backend.Canceller: the cancel runs on the link's loop,
+// after the forward it follows (a loop runs its tasks in order).
+func (r remote) Cancel(id uint64) {
+	r.l.loops.Run(r.l.home, func() { r.l.Cancel(id) })
+}
+
+// forwardID writes call id and reports whether the link took it; if not, c
+// is finished UPSTREAM_UNAVAILABLE.
+func (l *link) forwardID(c backend.Call, id uint64) bool {
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
 		c.Finish(nil, backend.ErrUnknownMethod)
-		return backend.Ticket{}
+		return false
 	}
 	l.mu.Lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
@@ -87,10 +157,8 @@ func (l *link) forward(c backend.Call) backend.Ticket {
 		l.mu.Unlock()
 		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
-		return backend.Ticket{}
+		return false
 	}
-	l.nextID++
-	id := l.nextID
 	switch {
 	case l.nats != nil:
 		l.nats.requestLocked(l, id, c.Method(), c.Params(), st != nil)
@@ -104,7 +172,7 @@ func (l *link) forward(c backend.Call) backend.Ticket {
 	l.mu.Unlock()
 	l.inflight.Add(1)
 	l.signal()
-	return backend.NewTicket(l, id)
+	return true
 }
 
 // Cancel implements backend.Canceller. Runs on a loop.
@@ -165,9 +233,16 @@ func (l *link) subCancelLocked(e call, upSub string) {
 	}
 }
 
-// backlogLocked is the output not yet taken by the writer, in bytes.
+// backlogLocked is the output not yet written, in bytes: the link's, and
+// for a byte-stream link what its loop holds that the socket did not take.
 // Called with mu held.
-func (l *link) backlogLocked() int { return len(l.out) + l.pubSize }
+func (l *link) backlogLocked() int {
+	n := len(l.out) + l.pubSize
+	if l.wc != nil {
+		n += l.wc.Buffered()
+	}
+	return n
+}
 
 // appendLocked frames msg onto the output. Called with mu held.
 func (l *link) appendLocked(msg []byte) {
@@ -230,7 +305,15 @@ func (l *link) fail() {
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
 	l.mu.Unlock()
-	l.inflight.Store(0)
+	var n int64
+	for _, e := range pending {
+		if !e.live {
+			n++
+		}
+	}
+	// Not Store(0): calls picked on other loops and not yet posted here
+	// are counted too (forwardFrom).
+	l.inflight.Add(-n)
 	now := nowNanos()
 	for _, e := range pending {
 		if e.live {
@@ -240,15 +323,6 @@ func (l *link) fail() {
 			e.c.Finish(nil, backend.ErrUpstreamUnavailable)
 		}
 	}
-}
-
-// take hands the writer the output buffer and gives it spare for the next.
-func (l *link) take(spare []byte) []byte {
-	l.mu.Lock()
-	out := l.out
-	l.out = spare[:0]
-	l.mu.Unlock()
-	return out
 }
 
 // sweep answers UPSTREAM_TIMEOUT to every call whose deadline has passed
@@ -295,7 +369,14 @@ func (l *link) sweep(now int64) {
 	}
 }
 
-// notify writes a notification. Runs on a loop.
+// notifyFrom writes a notification through the link's loop, for a session
+// on another loop: params is copied, as it is valid only during the call.
+func (l *link) notifyFrom(method string, params []byte) {
+	params = append([]byte(nil), params...)
+	l.loops.Run(l.home, func() { l.notify(method, params) })
+}
+
+// notify writes a notification. Runs on the link's loop (NATS: any loop).
 func (l *link) notify(method string, params []byte) {
 	if l.nats != nil && !validToken(method) {
 		return

@@ -33,7 +33,8 @@ import (
 //   - what edge writes back to an NDJSON upstream stays one JSON value a line.
 //
 // The first byte of the input selects the transport (bit 0: WebSocket
-// frames through wsConn.read, else NDJSON lines through handleLine) and
+// frames through Traffic, as the link's event loop hands them over in
+// pieces, else NDJSON lines through handleLine) and
 // which calls are cancelled before the bytes arrive (bits 1-5).
 func FuzzUpstreamReader(f *testing.F) {
 	for _, s := range readerSeeds() {
@@ -92,9 +93,28 @@ func newReaderFuzz(t *testing.T, ctl byte) *readerFuzz {
 func (r *readerFuzz) run(data []byte) {
 	t := r.t
 	if r.ws {
-		c := &wsConn{r: bytes.NewReader(data), max: fuzzMax}
-		if err := c.read(r.l); err == nil {
-			t.Fatal("wsConn.read returned nil at the end of its input")
+		// In pieces of 1 to 16 bytes (the first byte says), keeping what
+		// Traffic leaves, as the loop's input buffer does.
+		var buf []byte
+		step := 1
+		if len(data) > 0 {
+			step = int(data[0]&15) + 1
+		}
+		for len(data) > 0 {
+			k := min(step, len(data))
+			buf = append(buf, data[:k]...)
+			data = data[k:]
+			n, err := r.l.Traffic(buf)
+			if n < 0 || n > len(buf) {
+				t.Fatalf("Traffic consumed %d of %d bytes", n, len(buf))
+			}
+			if err != nil {
+				break
+			}
+			buf = buf[:copy(buf, buf[n:])]
+			if len(buf) > fuzzMax+16 {
+				t.Fatalf("Traffic left %d bytes waiting, over a message and a header", len(buf))
+			}
 		}
 	} else {
 		out0 := len(r.l.out)

@@ -127,10 +127,18 @@ func (s *Set) Forwarder(method string) backend.Forwarder {
 	return nil
 }
 
-// Start starts every upstream.
+// Start starts every upstream on loops of their own (Upstream.Start).
 func (s *Set) Start() {
 	for _, u := range s.ups {
 		u.Start()
+	}
+}
+
+// StartOn starts every upstream with its exec, tcp and ws connections on
+// the gateway's event loops (Upstream.StartOn).
+func (s *Set) StartOn(loops backend.Loops) {
+	for _, u := range s.ups {
+		u.StartOn(loops)
 	}
 }
 

@@ -41,9 +41,9 @@ type Stats struct {
 }
 
 // counters are an upstream's call counters. They are counted where a call
-// ends: on the links' reader and writer goroutines and the HTTP calls'
-// goroutines, off the event loops; a call refused at once on a loop
-// (nothing connected) is a failure path. Safe for concurrent use.
+// ends: on the event loops that own the byte-stream links, on the NATS
+// links' goroutines and on the HTTP calls' goroutines, with atomic adds
+// (uncontended on a loop but for the loops' own). Safe for concurrent use.
 type counters struct {
 	outcomes [numOutcomes]atomic.Uint64
 	duration hist.Atomic

@@ -5,10 +5,14 @@
 //
 // An Upstream is a backend.Forwarder. Forward runs on an event loop and never
 // waits for I/O: it appends the request to a connection's output buffer and
-// returns. Each connection has one reader and one writer goroutine; a call in
-// flight is one table entry, not a goroutine (HTTP, whose protocol has no
-// multiplexing, is the exception: one request per call). The reader finishes
-// calls through backend.Call.Finish, which hands them back to their loop.
+// returns. The exec, tcp and ws connections live on the gateway's event
+// loops (backend.Loops, see link): a call from a session goes to a
+// connection its own loop owns when one is up, so the request is written in
+// the loop's flush and the answer is read, parsed and completed on that loop,
+// with no goroutine and no lock hand-off in between; a call from another loop
+// goes through the owning loop's task queue. A call in flight is one table
+// entry, not a goroutine (HTTP, whose protocol has no multiplexing, is the
+// exception: one request per call; NATS connections are nats.go's).
 package upstream
 
 import (
@@ -30,7 +34,8 @@ import (
 // Config configures the upstreams. Zero values mean the defaults.
 type Config struct {
 	// Conns is the number of connections per tcp or ws replica [2] (a
-	// nats replica is one connection).
+	// nats replica is one connection), spread over the event loops
+	// (StartOn).
 	Conns int
 	// Timeout is how long a unary call may wait for its answer [30s].
 	Timeout time.Duration
@@ -209,8 +214,11 @@ type Upstream struct {
 	log  *slog.Logger
 	http []*httpReplica // HTTP replicas
 	// links are the connections of every exec, tcp and ws replica.
-	links   []*link
-	sups    []interface{ run() }
+	links []*link
+	sups  []interface{ run() }
+	// place is where the byte-stream links live, set by StartOn.
+	place   atomic.Pointer[placement]
+	own     *goLoop      // the fallback loop of Start, nil under StartOn
 	dropped atomic.Int64 // upstream messages dropped (CONTRACT.md section 10)
 	next    atomic.Uint32
 	quit    chan struct{}
@@ -270,9 +278,52 @@ func (u *Upstream) HasHTTP() bool { return len(u.http) > 0 }
 // Dropped reports how many upstream messages were dropped.
 func (u *Upstream) Dropped() int64 { return u.dropped.Load() }
 
-// Start starts connecting every replica in the background; calls get
-// UPSTREAM_UNAVAILABLE until a connection is up.
+// placement is where an upstream's byte-stream links live: the Loops, and
+// the links each loop owns. Immutable.
+type placement struct {
+	loops  backend.Loops
+	byHome [][]*link
+}
+
+// Start is StartOn without the gateway's event loops: the exec, tcp and ws
+// connections run on a loop of the upstream's own (goLoop), for callers that
+// have none (edge --stdio, tests).
 func (u *Upstream) Start() {
+	var g *goLoop
+	for _, l := range u.links {
+		if l.nats == nil {
+			g = newGoLoop()
+			break
+		}
+	}
+	u.own = g
+	if g == nil {
+		u.StartOn(nil)
+		return
+	}
+	u.StartOn(g)
+}
+
+// StartOn starts connecting every replica in the background; calls get
+// UPSTREAM_UNAVAILABLE until a connection is up. The exec, tcp and ws
+// connections are spread over loops: connection k of the upstream lives on
+// loop k mod loops.NumLoops(), so with --upstream-conns at least the number
+// of loops every loop owns a connection to every tcp and ws replica.
+func (u *Upstream) StartOn(loops backend.Loops) {
+	p := &placement{loops: loops}
+	if loops != nil {
+		p.byHome = make([][]*link, loops.NumLoops())
+		k := 0
+		for _, l := range u.links {
+			if l.nats != nil {
+				continue
+			}
+			l.home, l.loops = k%len(p.byHome), loops
+			p.byHome[l.home] = append(p.byHome[l.home], l)
+			k++
+		}
+	}
+	u.place.Store(p)
 	for _, s := range u.sups {
 		u.wg.Add(1)
 		go s.run()
@@ -319,19 +370,27 @@ func (u *Upstream) Close() {
 		h.abortAll()
 	}
 	u.wg.Wait()
+	if u.own != nil {
+		u.own.stop()
+	}
 	for _, h := range u.http {
 		h.calls.Wait()
 	}
 }
 
 // Forward implements backend.Forwarder: the call goes to the connected
-// connection with the fewest calls in flight, across replicas; with none
+// connection with the fewest calls in flight, across replicas, among those
+// the call's own event loop owns if any is up, else among all; with none
 // connected it is answered UPSTREAM_UNAVAILABLE at once (nothing queues).
 // Runs on an event loop; never waits for I/O.
 func (u *Upstream) Forward(c backend.Call) backend.Ticket {
 	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
-		if l := u.pick(); l != nil {
-			return l.forward(c)
+		home := u.home(c)
+		if l := u.pick(home); l != nil {
+			if l.nats != nil || l.home == home {
+				return l.forward(c)
+			}
+			return l.forwardFrom(c)
 		}
 	}
 	if c.Stream() == nil {
@@ -344,18 +403,51 @@ func (u *Upstream) Forward(c backend.Call) backend.Ticket {
 	return backend.Ticket{}
 }
 
-// pick returns the connected link with the fewest calls in flight, starting
-// the scan at a rotating offset so that ties spread, or nil.
-func (u *Upstream) pick() *link {
+// home returns the number of the event loop c runs on, if it is one of the
+// upstream's Loops, else -1.
+func (u *Upstream) home(c any) int {
+	h, ok := c.(backend.Homed)
+	if !ok {
+		return -1
+	}
+	p := u.place.Load()
+	if p == nil || p.loops == nil {
+		return -1
+	}
+	loops, i := h.Home()
+	if loops != p.loops || i < 0 || i >= len(p.byHome) {
+		return -1
+	}
+	return i
+}
+
+// pick returns the connected link with the fewest calls in flight among
+// those loop home owns, or if none of them is up among all, or nil.
+func (u *Upstream) pick(home int) *link {
+	if home >= 0 {
+		if l := u.least(u.place.Load().byHome[home]); l != nil {
+			return l
+		}
+	}
+	return u.least(u.links)
+}
+
+// least returns the connected link of links with the fewest calls in
+// flight, starting the scan at a rotating offset so that ties spread, or
+// nil.
+func (u *Upstream) least(links []*link) *link {
 	var best *link
 	var least int64
-	n := len(u.links)
+	n := len(links)
 	if n == 0 {
 		return nil
 	}
-	off := int(u.next.Add(1) % uint32(n))
+	off := 0
+	if n > 1 {
+		off = int(u.next.Add(1) % uint32(n))
+	}
 	for i := range n {
-		l := u.links[(off+i)%n]
+		l := links[(off+i)%n]
 		if !l.isUp() {
 			continue
 		}
@@ -395,8 +487,12 @@ func (u *Upstream) backoff(n int) time.Duration {
 // connection, or nowhere when none is (a notification has no answer to
 // carry the failure). Runs on an event loop; never waits for I/O.
 func (u *Upstream) Notify(method string, params []byte) {
-	if l := u.pick(); l != nil {
-		l.notify(method, params)
+	if l := u.pick(-1); l != nil {
+		if l.nats != nil {
+			l.notify(method, params)
+		} else {
+			l.notifyFrom(method, params)
+		}
 		return
 	}
 	if h := u.pickHTTP(); h != nil {

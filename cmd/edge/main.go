@@ -198,7 +198,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	}}, "route", "`PATTERN=NAME`: methods matching PATTERN (a name, or a prefix ending in *) go to upstream NAME or to memory; first match wins, unmatched methods go to the first --upstream")
 	fs.StringVar(&o.profile, "profile", "oecp", "protocol profile: oecp (OECP v1), or jsonrpc (plain JSON-RPC 2.0: positional params, batches, any method forwarded to its route)")
 	fs.IntVar(&o.maxBatch, "max-batch", rpc.DefaultMaxBatch, "most requests in one batch (jsonrpc profile); a larger batch gets -32600")
-	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica")
+	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica, spread over the event loops (at least --loops keeps every call on its own loop)")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
 	fs.StringVar(&o.topics.URL, "nats", "", "NATS server `URL` (nats://HOST:PORT): edge/publish on any edge reaches the edge/topic subscribers of every edge (off when empty)")
@@ -380,7 +380,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var forward func(string) backend.Forwarder
 	if !ups.Empty() {
 		forward = ups.Forwarder
-		ups.Start()
+		// Started once the gateway's event loops run (their connections
+		// live there), or on their own loop with --stdio.
 		defer ups.Close() // after the gateway has drained: see below
 	}
 	var tops *topics.Topics
@@ -439,6 +440,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// until then.
 	defer stopAdmin(adm, logger)
 	if o.stdio {
+		ups.Start()
 		ready.set(stageServing)
 		return loop.ServeStream(ctx, stdin, stdout, srv, loop.StreamConfig{
 			MaxLineBytes:    o.loop.MaxMessageBytes,
@@ -448,6 +450,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err := gw.Start(); err != nil {
 		return err
 	}
+	ups.StartOn(gw)
 	ready.set(stageServing)
 	addr := gw.Addr().String()
 	scheme := "ws://"

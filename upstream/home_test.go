@@ -1,0 +1,77 @@
+package upstream
+
+import (
+	"net"
+	"testing"
+
+	"github.com/openengine/edge/backend"
+)
+
+// countLoops is a backend.Loops whose Run runs f at once and counts it.
+type countLoops struct{ runs int }
+
+func (c *countLoops) NumLoops() int                            { return 2 }
+func (c *countLoops) Attach(int, net.Conn, backend.Wire) error { return net.ErrClosed }
+func (c *countLoops) Run(_ int, f func()) bool                 { c.runs++; f(); return true }
+
+// home returns a call made on loop i of c.
+func (c *countLoops) home(i int) *homedCall { return &homedCall{recCall{method: "m"}, c, i} }
+
+// homedCall is a recCall made on loop i of loops.
+type homedCall struct {
+	recCall
+	loops backend.Loops
+	i     int
+}
+
+func (h *homedCall) Home() (backend.Loops, int) { return h.loops, h.i }
+
+// placeLinks puts link k on loop k, as StartOn does, and opens them.
+func placeLinks(u *Upstream, loops backend.Loops, links ...*link) {
+	p := &placement{loops: loops, byHome: make([][]*link, loops.NumLoops())}
+	for k, l := range links {
+		l.home, l.loops = k%len(p.byHome), loops
+		p.byHome[l.home] = append(p.byHome[l.home], l)
+		l.open()
+	}
+	u.links = links
+	u.place.Store(p)
+}
+
+// TestForwardStaysOnItsLoop: a call from a session on loop i goes to a
+// connection loop i owns, written there at once (no task posted to any
+// loop), even when another loop's connection has fewer calls in flight; a
+// call from no loop of these Loops (another gateway, edge --stdio) is
+// posted to the owning loop, and so is its cancel; with loop i's
+// connection down the call goes to another loop's through its queue.
+func TestForwardStaysOnItsLoop(t *testing.T) {
+	u := testUpstream(nil, Config{})
+	loops := &countLoops{}
+	l0, l1 := newLink(u, "l0", nil, false), newLink(u, "l1", nil, false)
+	placeLinks(u, loops, l0, l1)
+
+	for range 3 {
+		u.Forward(loops.home(1))
+	}
+	if loops.runs != 0 || len(l1.pending) != 3 || len(l0.pending) != 0 {
+		t.Fatalf("calls from loop 1: %d posted, %d on loop 1's link, %d on loop 0's; want 0, 3, 0",
+			loops.runs, len(l1.pending), len(l0.pending))
+	}
+	c := homedCall{recCall{method: "m"}, &countLoops{}, 1} // another gateway's loop 1
+	tk := u.Forward(&c)
+	if loops.runs != 1 || len(l0.pending) != 1 {
+		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, len(l0.pending))
+	}
+	tk.Cancel()
+	if loops.runs != 2 || !l0.pending[l0.nextID.Load()].dropped {
+		t.Fatalf("its cancel: %d posted (want 2), the call not marked dropped", loops.runs)
+	}
+	l1.fail()
+	u.Forward(loops.home(1))
+	if loops.runs != 3 || len(l0.pending) != 2 {
+		t.Fatalf("loop 1's link down: %d posted, %d on loop 0's link; want 3, 2", loops.runs, len(l0.pending))
+	}
+	if n := l0.inflight.Load(); n != 2 {
+		t.Fatalf("loop 0's link counts %d calls in flight, want 2", n)
+	}
+}
