@@ -106,7 +106,7 @@ func (l *link) signal() {
 // link's loop (a NATS link: on any loop).
 func (l *link) forward(c backend.Call) backend.Ticket {
 	id := l.nextID.Add(1)
-	if !l.forwardID(c, id) {
+	if !l.forwardID(c, id, false) {
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(l, id)
@@ -121,10 +121,7 @@ func (l *link) forwardFrom(c backend.Call) backend.Ticket {
 	// Counted in flight from now, so that the calls picked before the loop
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
-	if !l.loops.Run(l.home, func() {
-		l.forwardID(c, id)
-		l.inflight.Add(-1)
-	}) {
+	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true) }) {
 		l.inflight.Add(-1)
 		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
@@ -143,11 +140,17 @@ func (r remote) Cancel(id uint64) {
 }
 
 // forwardID writes call id and reports whether the link took it; if not, c
-// is finished UPSTREAM_UNAVAILABLE.
-func (l *link) forwardID(c backend.Call, id uint64) bool {
+// is finished UPSTREAM_UNAVAILABLE. counted: forwardFrom has counted the
+// call in flight already (taken back if the link does not take it), so that
+// the count never passes through a value that would skew a concurrent
+// replica choice.
+func (l *link) forwardID(c backend.Call, id uint64, counted bool) bool {
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
+		if counted {
+			l.inflight.Add(-1)
+		}
 		c.Finish(nil, backend.ErrUnknownMethod)
 		return false
 	}
@@ -155,6 +158,9 @@ func (l *link) forwardID(c backend.Call, id uint64) bool {
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
 		l.mu.Unlock()
+		if counted {
+			l.inflight.Add(-1)
+		}
 		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return false
@@ -170,7 +176,9 @@ func (l *link) forwardID(c backend.Call, id uint64) bool {
 	}
 	l.pending[id] = call{c: c, stream: st, deadline: time.Now().Add(l.up.cfg.Timeout).UnixNano()}
 	l.mu.Unlock()
-	l.inflight.Add(1)
+	if !counted {
+		l.inflight.Add(1)
+	}
 	l.signal()
 	return true
 }
