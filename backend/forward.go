@@ -39,6 +39,14 @@ type Call interface {
 	Finish(result []byte, err error)
 }
 
+// Admitted is implemented by a Call that knows when the gateway admitted
+// it: the event loop's clock of that turn, in Unix nanoseconds, or 0 when
+// its session has no clock. A forwarder measures its timeout from it rather
+// than reading the clock once per call.
+type Admitted interface {
+	Admitted() int64
+}
+
 // Canceller is what a Ticket reaches: the forwarder side of calls.
 type Canceller interface {
 	// Cancel tells the forwarder that the gateway no longer wants the

@@ -79,3 +79,7 @@ func (t *Task) Home() (backend.Loops, int) {
 	}
 	return nil, -1
 }
+
+// Admitted implements backend.Admitted: the loop's clock of the turn that
+// admitted the task (Counters.Now), 0 without one.
+func (t *Task) Admitted() int64 { return t.start }

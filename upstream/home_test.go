@@ -1,8 +1,10 @@
 package upstream
 
 import (
+	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/openengine/edge/backend"
 )
@@ -73,5 +75,35 @@ func TestForwardStaysOnItsLoop(t *testing.T) {
 	}
 	if n := l0.inflight.Load(); n != 2 {
 		t.Fatalf("loop 0's link counts %d calls in flight, want 2", n)
+	}
+}
+
+// admittedCall is a recCall the gateway admitted at a given time.
+type admittedCall struct {
+	recCall
+	at int64
+}
+
+func (a *admittedCall) Admitted() int64 { return a.at }
+
+// TestTimeoutFromAdmission: a forwarded call's timeout counts from when the
+// gateway admitted it (the loop's clock of that turn), not from when the
+// link wrote it; a call whose session has no clock counts from the forward.
+func TestTimeoutFromAdmission(t *testing.T) {
+	const timeout = time.Minute
+	u := testUpstream(nil, Config{Timeout: timeout})
+	l := newLink(u, "l", nil, false)
+	placeLinks(u, &countLoops{}, l)
+	admitted := time.Now().Add(-timeout).UnixNano() // its whole timeout ago
+	old := &admittedCall{recCall{method: "m"}, admitted}
+	fresh := &admittedCall{recCall{method: "m"}, 0} // no clock
+	u.Forward(old)
+	u.Forward(fresh)
+	l.sweep(admitted + int64(timeout))
+	if len(old.errs) != 1 || !errors.Is(old.errs[0], backend.ErrUpstreamTimeout) {
+		t.Fatalf("the call admitted a timeout ago: finished with %v, want UPSTREAM_TIMEOUT once", old.errs)
+	}
+	if len(fresh.errs) != 0 || len(l.pending) != 1 {
+		t.Fatalf("the call without a clock finished (%v) at its admission + timeout; %d pending", fresh.errs, len(l.pending))
 	}
 }

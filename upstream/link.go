@@ -130,6 +130,19 @@ func (l *link) forwardFrom(c backend.Call) backend.Ticket {
 	return backend.NewTicket(remote{l}, id)
 }
 
+// deadline is when call c times out: timeout after the gateway admitted
+// it, on the clock its loop read for that turn (backend.Admitted), or after
+// now when it has none. Reading the clock for every forwarded call cost
+// 8% of the proxy's CPU in the bench's pipelined P1.
+func deadline(c backend.Call, timeout time.Duration) int64 {
+	if a, ok := c.(backend.Admitted); ok {
+		if t := a.Admitted(); t != 0 {
+			return t + int64(timeout)
+		}
+	}
+	return time.Now().Add(timeout).UnixNano()
+}
+
 // remote is the Canceller of a call forwarded from another loop.
 type remote struct{ l *link }
 
@@ -174,7 +187,7 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool) bool {
 		l.enc = codec.AppendRequest(l.enc[:0], id, c.Method(), c.Params())
 		l.out = l.frame(l.out, l.enc)
 	}
-	l.pending[id] = call{c: c, stream: st, deadline: time.Now().Add(l.up.cfg.Timeout).UnixNano()}
+	l.pending[id] = call{c: c, stream: st, deadline: deadline(c, l.up.cfg.Timeout)}
 	l.mu.Unlock()
 	if !counted {
 		l.inflight.Add(1)
