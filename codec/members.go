@@ -172,6 +172,71 @@ type Message struct {
 // (the last of a repeated member); false when msg is not such an object.
 // It does not allocate. Safe for concurrent use.
 func ParseMessage(msg []byte) (Message, bool) {
+	if m, ok := scanCanonicalAnswer(msg); ok {
+		return m, true
+	}
+	return parseMessageGeneral(msg)
+}
+
+const (
+	canonResult = `,"result":`
+	canonError  = `,"error":`
+)
+
+// scanCanonicalAnswer is ParseMessage's fast path, for the answers servers
+// usually write (edge's own upstream side among them):
+//
+//	{"jsonrpc":"2.0","id":<id>,"result":<value>}   or   ,"error":<value>}
+//
+// with no whitespace outside the value, an integer id or a string id without
+// escapes, and nothing but whitespace after the closing brace. The value is
+// validated as the general path does; anything else goes to the general
+// path, which returns the same Message for every message this accepts
+// (FuzzParseMessageFastPath).
+func scanCanonicalAnswer(b []byte) (Message, bool) {
+	if len(b) <= canonIDStart || string(b[:canonJSONRPCEnd]) != canonJSONRPC ||
+		string(b[canonJSONRPCEnd:canonIDStart]) != canonID {
+		return Message{}, false
+	}
+	var ie int
+	if b[canonIDStart] == '"' {
+		ie = scanPlainString(b, canonIDStart)
+	} else {
+		ie = scanPlainInt(b, canonIDStart)
+	}
+	if ie < 0 {
+		return Message{}, false
+	}
+	var vs int
+	result := false
+	switch rest := b[ie:]; {
+	case len(rest) > len(canonResult) && string(rest[:len(canonResult)]) == canonResult:
+		vs, result = ie+len(canonResult), true
+	case len(rest) > len(canonError) && string(rest[:len(canonError)]) == canonError:
+		vs = ie + len(canonError)
+	default:
+		return Message{}, false
+	}
+	var ve int
+	if b[vs] == '{' {
+		ve = skipParamsObject(b, vs)
+	} else {
+		ve = skipJSONValue(b, vs, 1)
+	}
+	if ve < 0 || ve >= len(b) || b[ve] != '}' || skipJSONSpace(b, ve+1) != len(b) {
+		return Message{}, false
+	}
+	m := Message{ID: b[canonIDStart:ie]}
+	if result {
+		m.Result = b[vs:ve]
+	} else {
+		m.Error = b[vs:ve]
+	}
+	return m, true
+}
+
+// parseMessageGeneral is ParseMessage for any member order and spacing.
+func parseMessageGeneral(msg []byte) (Message, bool) {
 	var m Message
 	v20 := false
 	ok := EachMember(msg, func(k, v []byte) bool {
