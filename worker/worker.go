@@ -109,6 +109,7 @@ func (c Config) Validate() error {
 type Worker struct {
 	cfg     Config             // immutable after New
 	inbox   string             // immutable after New: root of the reply subjects of the worker's probes
+	cancels string             // immutable after New: PREFIX.$cancel., the start of every worker's cancel subject
 	nc      *nats.Conn         // immutable after New
 	sem     chan struct{}      // a slot per running job
 	hard    context.Context    // immutable after New: the parent of every job's context
@@ -162,7 +163,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Worker{cfg: cfg, nc: cfg.Conn, inbox: nats.NewInbox(), sem: make(chan struct{}, cfg.MaxCalls),
+	w := &Worker{cfg: cfg, nc: cfg.Conn, inbox: nats.NewInbox(), cancels: cfg.Prefix + "." + wire.CancelToken + ".", sem: make(chan struct{}, cfg.MaxCalls),
 		calls: make(map[string]*job), subs: make(map[string]*job), methods: make(map[string]method)}
 	w.hard, w.stop = context.WithCancel(context.Background())
 	return w, nil
@@ -400,7 +401,7 @@ func parseRequest(data []byte) (request, bool) {
 // subscription request (or a notification, with no reply subject). Runs on
 // nats.go's delivery goroutine of the queue subscription.
 func (w *Worker) take(m *nats.Msg) {
-	if strings.HasPrefix(m.Subject, w.cfg.Prefix+"."+wire.CancelToken+".") {
+	if strings.HasPrefix(m.Subject, w.cancels) {
 		return // another worker's cancel: the queue's wildcard covers it too
 	}
 	req, ok := parseRequest(m.Data)
