@@ -55,7 +55,8 @@ type Config struct {
 	// [a NUID]. It must be one NATS subject token.
 	ID string
 	// MaxCalls bounds the calls and subscriptions running at once [1024]. A
-	// worker at the bound handles no new message until one ends.
+	// worker at the bound handles no new message until one ends. A call run
+	// inline (NonBlocking) holds no place: it ends before the next message.
 	MaxCalls int
 	// DrainTimeout bounds a drain: the calls still running then are
 	// cancelled [30s].
