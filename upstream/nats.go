@@ -296,13 +296,22 @@ func validToken(s string) bool {
 	if s == "" {
 		return false
 	}
-	for i, tok := range strings.Split(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") ||
-			(i == 0 && tok == wire.CancelToken) {
+	for i := 0; ; i++ {
+		tok, rest, more := strings.Cut(s, ".")
+		if tok == "" || tok == "*" || tok == ">" || (i == 0 && tok == wire.CancelToken) {
 			return false
 		}
+		for j := 0; j < len(tok); j++ {
+			switch tok[j] {
+			case ' ', '\t', '\r', '\n':
+				return false
+			}
+		}
+		if !more {
+			return true
+		}
+		s = rest
 	}
-	return true
 }
 
 // inboxOverflowed handles nats.go's asynchronous error err on sub and
