@@ -53,7 +53,7 @@ func startWorker(t *testing.T, ns *server.Server, prefix string) *natsWorker {
 	}
 	mem := backend.NewMemory()
 	w, err := worker.New(worker.Config{Conn: nc, Prefix: prefix, Handler: mem, Subscriber: mem,
-		DrainTimeout: 2 * time.Second, ProbeInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		NonBlocking: mem.NonBlocking, DrainTimeout: 2 * time.Second, ProbeInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,3 +75,23 @@ func (s *benchStream) ID() string                                    { return "s
 func (s *benchStream) Establish([]byte)                              {}
 func (s *benchStream) Emit(cursor, body []byte) bool                 { s.emitted++; return true }
 func (s *benchStream) EmitWait(context.Context, []byte, []byte) bool { return true }
+
+// BenchmarkNATSRequest is what a loop spends queueing one forwarded call on
+// a nats:// link (subject, reply subject, body) and the writer taking it,
+// without the publish itself (nats.go's).
+func BenchmarkNATSRequest(b *testing.B) {
+	l := newBenchLink(nil)
+	l.nats = &natsLink{prefix: "bench", inbox: "_INBOX.abcdefghijklmnopqrstuv"}
+	var spare []natsPub
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.mu.Lock()
+		l.nats.requestLocked(l, uint64(i+1), "edge/echo", benchParams, false)
+		l.mu.Unlock()
+		pubs := l.takePubs(spare)
+		if len(pubs) != 1 || pubs[0].subject != "bench.edge/echo" {
+			b.Fatalf("queued %+v", pubs)
+		}
+		spare = pubs[:0]
+	}
+}

@@ -31,27 +31,60 @@ import (
 type natsLink struct {
 	prefix string // immutable: PREFIX, the workers' queue group
 	inbox  string // immutable: _INBOX.<nuid>, root of the link's reply subjects
+	// subjects holds PREFIX.<method> by method, so that a call builds no
+	// subject; guarded by the link's mu, at most maxSubjects entries.
+	subjects map[string]string
 }
 
-// natsPub is one message for the writer to publish.
+// maxSubjects bounds natsLink.subjects: the subjects of further methods are
+// built per call.
+const maxSubjects = 1024
+
+// natsPub is one message for the writer to publish: subject, reply and
+// data, or msg when it has headers.
 type natsPub struct {
-	msg *nats.Msg
-	id  uint64 // the call it starts, 0 for a cancel or a notification
+	subject, reply string
+	data           []byte
+	msg            *nats.Msg
+	id             uint64 // the call it starts, 0 for a cancel or a notification
 }
 
-func (n *natsLink) reply(id uint64) string { return n.inbox + "." + strconv.FormatUint(id, 10) }
+func (n *natsLink) reply(id uint64) string { return n.inboxSubject("", id) }
 func (n *natsLink) stream(id uint64) string {
-	return n.inbox + "." + wire.StreamToken + strconv.FormatUint(id, 10)
+	return n.inboxSubject(wire.StreamToken, id)
+}
+
+// inboxSubject returns _INBOX.<nuid>.<token><id>, built in one allocation.
+func (n *natsLink) inboxSubject(token string, id uint64) string {
+	var buf [96]byte
+	b := append(append(append(buf[:0], n.inbox...), '.'), token...)
+	return string(strconv.AppendUint(b, id, 10))
+}
+
+// subjectLocked returns PREFIX.<method>. Called with l.mu held.
+func (n *natsLink) subjectLocked(method string) string {
+	if s, ok := n.subjects[method]; ok {
+		return s
+	}
+	s := n.prefix + "." + method
+	if n.subjects == nil {
+		n.subjects = make(map[string]string)
+	}
+	if len(n.subjects) < maxSubjects {
+		n.subjects[method] = s
+	}
+	return s
 }
 
 // requestLocked queues call id: PREFIX.<method>, reply _INBOX.<nuid>.<id>,
 // and for a subscription the Edge-Stream header. Called with l.mu held.
 func (n *natsLink) requestLocked(l *link, id uint64, method string, params []byte, stream bool) {
-	m := &nats.Msg{Subject: n.prefix + "." + method, Reply: n.reply(id), Data: codec.AppendRequest(nil, id, method, params)}
+	p := natsPub{subject: n.subjectLocked(method), reply: n.reply(id), data: codec.AppendRequest(make([]byte, 0, 64+len(method)+len(params)), id, method, params), id: id}
 	if stream {
-		m.Header = nats.Header{wire.Stream: []string{n.stream(id)}}
+		p.msg = &nats.Msg{Subject: p.subject, Reply: p.reply, Data: p.data,
+			Header: nats.Header{wire.Stream: []string{n.stream(id)}}}
 	}
-	l.queueLocked(natsPub{msg: m, id: id})
+	l.queueLocked(p)
 }
 
 // cancelLocked queues {"id":<id>} for the worker that took call id. Called
@@ -60,34 +93,33 @@ func (n *natsLink) cancelLocked(l *link, id uint64, worker string) {
 	data := codec.AppendUint(append(make([]byte, 0, 32), `{"id":`...), id)
 	m := &nats.Msg{Subject: wire.CancelSubject(n.prefix, worker), Data: append(data, '}'),
 		Header: nats.Header{wire.Reply: []string{n.reply(id)}}}
-	l.queueLocked(natsPub{msg: m})
+	l.queueLocked(natsPub{subject: m.Subject, data: m.Data, msg: m})
 }
 
 // subCancelLocked queues {"subscriptionId":<upSub>} for worker. Called with
 // l.mu held.
 func (n *natsLink) subCancelLocked(l *link, worker, upSub string) {
 	data := codec.AppendQuote(append(make([]byte, 0, 32+len(upSub)), `{"subscriptionId":`...), upSub)
-	l.queueLocked(natsPub{msg: &nats.Msg{Subject: wire.CancelSubject(n.prefix, worker), Data: append(data, '}')}})
+	l.queueLocked(natsPub{subject: wire.CancelSubject(n.prefix, worker), data: append(data, '}')})
 }
 
 // probeLocked queues an empty probe of worker on its alive subject, with a
 // reply subject the NATS server answers no-responders on once the worker's
 // connection is gone (package wire). Called with l.mu held.
 func (n *natsLink) probeLocked(l *link, worker string) {
-	l.queueLocked(natsPub{msg: &nats.Msg{Subject: wire.AliveSubject(n.prefix, worker),
-		Reply: n.inbox + "." + wire.ProbeToken + worker}})
+	l.queueLocked(natsPub{subject: wire.AliveSubject(n.prefix, worker), reply: n.inbox + "." + wire.ProbeToken + worker})
 }
 
 // notifyLocked queues a notification on PREFIX.<method>, with no reply
 // subject: no answer comes back. Called with l.mu held.
 func (n *natsLink) notifyLocked(l *link, method string, params []byte) {
-	l.queueLocked(natsPub{msg: &nats.Msg{Subject: n.prefix + "." + method, Data: codec.AppendNotification(nil, method, params)}})
+	l.queueLocked(natsPub{subject: n.subjectLocked(method), data: codec.AppendNotification(nil, method, params)})
 }
 
 // queueLocked adds p for the writer. Called with mu held.
 func (l *link) queueLocked(p natsPub) {
 	l.pubs = append(l.pubs, p)
-	l.pubSize += len(p.msg.Subject) + len(p.msg.Reply) + len(p.msg.Data)
+	l.pubSize += len(p.subject) + len(p.reply) + len(p.data)
 }
 
 // takePubs hands the writer the queued messages and gives it spare for the
@@ -98,6 +130,17 @@ func (l *link) takePubs(spare []natsPub) []natsPub {
 	l.pubs, l.pubSize = spare[:0], 0
 	l.mu.Unlock()
 	return pubs
+}
+
+// publish sends p on nc.
+func (p *natsPub) publish(nc *nats.Conn) error {
+	switch {
+	case p.msg != nil:
+		return nc.PublishMsg(p.msg)
+	case p.reply == "":
+		return nc.Publish(p.subject, p.data)
+	}
+	return nc.PublishRequest(p.subject, p.reply, p.data)
 }
 
 // refused answers call id UPSTREAM_UNAVAILABLE: no worker took it (the NATS
@@ -253,13 +296,22 @@ func validToken(s string) bool {
 	if s == "" {
 		return false
 	}
-	for i, tok := range strings.Split(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") ||
-			(i == 0 && tok == wire.CancelToken) {
+	for i := 0; ; i++ {
+		tok, rest, more := strings.Cut(s, ".")
+		if tok == "" || tok == "*" || tok == ">" || (i == 0 && tok == wire.CancelToken) {
 			return false
 		}
+		for j := 0; j < len(tok); j++ {
+			switch tok[j] {
+			case ' ', '\t', '\r', '\n':
+				return false
+			}
+		}
+		if !more {
+			return true
+		}
+		s = rest
 	}
-	return true
 }
 
 // inboxOverflowed handles nats.go's asynchronous error err on sub and
@@ -355,7 +407,7 @@ func (s *natsSupervisor) run() {
 			s.l.fail() // calls in flight: UPSTREAM_UNAVAILABLE
 			for _, p := range pubs {
 				if p.id == 0 {
-					_ = nc.PublishMsg(p.msg)
+					_ = p.publish(nc)
 				}
 			}
 			return
@@ -371,7 +423,7 @@ func (s *natsSupervisor) run() {
 		case <-s.l.wake:
 			pubs := s.l.takePubs(spare)
 			for i, p := range pubs {
-				if err := nc.PublishMsg(p.msg); err != nil && p.id != 0 {
+				if err := p.publish(nc); err != nil && p.id != 0 {
 					s.l.refused(p.id)
 				}
 				pubs[i] = natsPub{}

@@ -59,10 +59,17 @@ func TestValidToken(t *testing.T) {
 		{"a b", false},
 		{"$cancel.x", false},
 		{"x.$cancel", true},
+		{"a.b\tc", false},
+		{"a.b\n", false},
+		{"a.\rb", false},
 	} {
 		if got := validToken(tt.s); got != tt.ok {
 			t.Errorf("validToken(%q) = %v, want %v", tt.s, got, tt.ok)
 		}
+	}
+	// It runs for every forwarded call.
+	if n := testing.AllocsPerRun(100, func() { validToken("run.submit.x") }); n != 0 {
+		t.Errorf("validToken allocates %v times", n)
 	}
 }
 

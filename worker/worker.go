@@ -5,7 +5,9 @@
 // load. The subjects and headers are package wire's.
 //
 // A call runs on its own goroutine with its own context, cancelled when the
-// edge cancels it. A subscription streams its response, events and end to
+// edge cancels it; a call to a method Config.NonBlocking names runs at once
+// on the goroutine that received it and is answered without an "accepted"
+// message first. A subscription streams its response, events and end to
 // the subject the edge named in the request's Edge-Stream header. Serve
 // drains when its context ends: it takes nothing new, lets the unary calls it
 // took finish, and hands its subscriptions back (they end UPSTREAM_LOST, so
@@ -53,11 +55,21 @@ type Config struct {
 	// [a NUID]. It must be one NATS subject token.
 	ID string
 	// MaxCalls bounds the calls and subscriptions running at once [1024]. A
-	// worker at the bound handles no new message until one ends.
+	// worker at the bound handles no new message until one ends. A call run
+	// inline (NonBlocking) holds no place: it ends before the next message.
 	MaxCalls int
 	// DrainTimeout bounds a drain: the calls still running then are
 	// cancelled [30s].
 	DrainTimeout time.Duration
+	// NonBlocking, when set, names the unary methods whose Handler.Call
+	// never blocks (as rpc.Config.NonBlocking: computed from params alone,
+	// no I/O, no waiting for ctx or another call). The worker runs a call to
+	// such a method at once on the goroutine that received it and publishes
+	// only its response: no "accepted" message (there is nothing to cancel
+	// by the time the edge could), no goroutine, no per-call context. A
+	// method named here that blocks holds up every call behind it. It is
+	// asked once per method name. [nil: none]
+	NonBlocking func(method string) bool
 	// ProbeInterval is how often the worker probes the edges it runs calls
 	// and subscriptions for, to end those of an edge that is gone [1s].
 	ProbeInterval time.Duration
@@ -98,6 +110,7 @@ func (c Config) Validate() error {
 type Worker struct {
 	cfg     Config             // immutable after New
 	inbox   string             // immutable after New: root of the reply subjects of the worker's probes
+	cancels string             // immutable after New: PREFIX.$cancel., the start of every worker's cancel subject
 	nc      *nats.Conn         // immutable after New
 	sem     chan struct{}      // a slot per running job
 	hard    context.Context    // immutable after New: the parent of every job's context
@@ -110,7 +123,26 @@ type Worker struct {
 	calls   map[string]*job // guarded by mu: running jobs by reply subject
 	subs    map[string]*job // guarded by mu: subscriptions by their id
 	nextID  uint64          // guarded by mu: last subscription id
+
+	// Owned by take (the queue subscription's one delivery goroutine).
+	methods map[string]method // method names seen, interned, and whether they run inline
+	name    []byte            // scratch: a method name unquoted
+	res     []byte            // scratch: an inline call's result
+	out     []byte            // scratch: an inline call's response
 }
+
+// method is what take knows of a method name.
+type method struct {
+	name   string
+	inline bool // Config.NonBlocking names it
+}
+
+// maxMethods bounds Worker.methods: names past it (an edge may forward any
+// name) are looked up each time.
+const maxMethods = 1024
+
+// maxScratch is the largest scratch buffer take keeps between calls.
+const maxScratch = 64 << 10
 
 // New returns a worker for cfg.
 func New(cfg Config) (*Worker, error) {
@@ -132,8 +164,8 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Worker{cfg: cfg, nc: cfg.Conn, inbox: nats.NewInbox(), sem: make(chan struct{}, cfg.MaxCalls),
-		calls: make(map[string]*job), subs: make(map[string]*job)}
+	w := &Worker{cfg: cfg, nc: cfg.Conn, inbox: nats.NewInbox(), cancels: cfg.Prefix + "." + wire.CancelToken + ".", sem: make(chan struct{}, cfg.MaxCalls),
+		calls: make(map[string]*job), subs: make(map[string]*job), methods: make(map[string]method)}
 	w.hard, w.stop = context.WithCancel(context.Background())
 	return w, nil
 }
@@ -370,7 +402,7 @@ func parseRequest(data []byte) (request, bool) {
 // subscription request (or a notification, with no reply subject). Runs on
 // nats.go's delivery goroutine of the queue subscription.
 func (w *Worker) take(m *nats.Msg) {
-	if strings.HasPrefix(m.Subject, w.cfg.Prefix+"."+wire.CancelToken+".") {
+	if strings.HasPrefix(m.Subject, w.cancels) {
 		return // another worker's cancel: the queue's wildcard covers it too
 	}
 	req, ok := parseRequest(m.Data)
@@ -378,8 +410,12 @@ func (w *Worker) take(m *nats.Msg) {
 		w.cfg.Logger.Warn("worker: not a JSON-RPC request", "subject", m.Subject)
 		return
 	}
-	method, ok := codec.AppendUnquote(nil, req.method)
-	if !ok {
+	if w.name, ok = codec.AppendUnquote(w.name[:0], req.method); !ok {
+		return
+	}
+	meth := w.method(w.name)
+	if meth.inline && m.Reply != "" && req.id != nil && (m.Header == nil || m.Header.Get(wire.Stream) == "") {
+		w.inline(m.Reply, req, meth.name)
 		return
 	}
 	select {
@@ -387,7 +423,7 @@ func (w *Worker) take(m *nats.Msg) {
 	case <-w.hard.Done():
 		return
 	}
-	j := &job{reply: m.Reply, id: req.id, method: string(method), params: req.params}
+	j := &job{reply: m.Reply, id: req.id, method: meth.name, params: req.params}
 	if j.params == nil {
 		j.params = []byte("{}")
 	}
@@ -420,6 +456,58 @@ func (w *Worker) take(m *nats.Msg) {
 	go w.run(j)
 }
 
+// method returns what take knows of the method named name, interning it.
+func (w *Worker) method(name []byte) method {
+	if m, ok := w.methods[string(name)]; ok {
+		return m
+	}
+	m := method{name: string(name)}
+	m.inline = w.cfg.NonBlocking != nil && w.cfg.NonBlocking(m.name)
+	if len(w.methods) < maxMethods {
+		w.methods[m.name] = m
+	}
+	return m
+}
+
+// inline runs a call to a non-blocking method (Config.NonBlocking) on the
+// queue subscription's delivery goroutine and publishes its response on
+// reply, with no "accepted" before it: the edge that gets an answer first
+// has no cancel to send. It holds no MaxCalls slot (nothing else is taken
+// while it runs) and is not a job of the drain (it ends before take
+// returns).
+func (w *Worker) inline(reply string, req request, method string) {
+	w.taken.Add(1)
+	params := req.params
+	if params == nil {
+		params = []byte("{}")
+	}
+	res, err := w.call(w.hard, method, params, w.res[:0])
+	if err != nil && w.hard.Err() != nil {
+		err = backend.ErrUpstreamUnavailable // cut short by the worker going away
+	}
+	var out []byte
+	if err != nil {
+		out = rpc.AppendErrorResponse(w.out[:0], req.id, err)
+	} else {
+		out = codec.AppendResult(w.out[:0], req.id, res)
+	}
+	// nats.go copies the message before Publish returns, so the scratch
+	// buffers serve the next call.
+	if err := w.nc.Publish(reply, out); err != nil && !w.nc.IsClosed() {
+		w.cfg.Logger.Warn("worker: publish", "subject", reply, "err", err)
+	}
+	w.res, w.out = keep(res), keep(out)
+}
+
+// keep returns b emptied for reuse, or nil when it is too large to hold on
+// to.
+func keep(b []byte) []byte {
+	if cap(b) > maxScratch {
+		return nil
+	}
+	return b[:0]
+}
+
 // run runs one job on its own goroutine.
 func (w *Worker) run(j *job) {
 	defer func() {
@@ -439,7 +527,7 @@ func (w *Worker) run(j *job) {
 		w.subscribe(j)
 		return
 	}
-	res, err := w.call(j)
+	res, err := w.call(j.ctx, j.method, j.params, nil)
 	if j.reply == "" || j.id == nil {
 		return
 	}
@@ -460,14 +548,14 @@ func (w *Worker) run(j *job) {
 // in-process backend.
 var errPanic = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "BACKEND_PANIC"}
 
-func (w *Worker) call(j *job) (res []byte, err error) {
+func (w *Worker) call(ctx context.Context, method string, params, dst []byte) (res []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.cfg.Logger.Error("worker: handler panic", "method", j.method, "panic", r)
+			w.cfg.Logger.Error("worker: handler panic", "method", method, "panic", r)
 			res, err = nil, errPanic
 		}
 	}()
-	return w.cfg.Handler.Call(j.ctx, j.method, j.params, nil)
+	return w.cfg.Handler.Call(ctx, method, params, dst)
 }
 
 // errNotEstablished fails a subscription whose backend returned without

@@ -85,6 +85,12 @@ func start(t *testing.T) *fixture {
 // backend (nil: the memory backend).
 func startWith(t *testing.T, h backend.Handler) *fixture {
 	t.Helper()
+	return startCfg(t, h, nil)
+}
+
+// startCfg is startWith with Config.NonBlocking set to nonBlocking.
+func startCfg(t *testing.T, h backend.Handler, nonBlocking func(string) bool) *fixture {
+	t.Helper()
 	ns := testnats.Start(t)
 	var err error
 	f := &fixture{ns: ns, mem: backend.NewMemory(), done: make(chan error, 1), inbox: make(chan *nats.Msg, 64)}
@@ -102,7 +108,7 @@ func startWith(t *testing.T, h backend.Handler) *fixture {
 	if h == nil {
 		h = f.mem
 	}
-	f.w, err = New(Config{Conn: f.wnc, Prefix: "svc", Handler: h, Subscriber: f.mem, ProbeInterval: 20 * time.Millisecond,
+	f.w, err = New(Config{Conn: f.wnc, Prefix: "svc", Handler: h, Subscriber: f.mem, NonBlocking: nonBlocking, ProbeInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +185,49 @@ func TestWire(t *testing.T) {
 	f.call(t, "_INBOX.t.8", "initialize", `{"jsonrpc":"2.0","id":8,"method":"initialize","params":{}}`)
 	f.expectAccepted(t, "_INBOX.t.8")
 	f.expect(t, "_INBOX.t.8", `{"jsonrpc":"2.0","id":8,"error":{"code":-32602,"message":"Invalid params","data":{"code":"SCHEMA_VIOLATION"}}}`)
+}
+
+// TestInline: a call to a method Config.NonBlocking names is answered by
+// its response alone, with no "accepted" before it (the next message on the
+// inbox after it is the accepted of a blocking call published after it, so
+// an accepted of the fast call would be seen first), errors and panics
+// included; a blocking call is still accepted, and cancelled through the
+// worker's cancel subject.
+func TestInline(t *testing.T) {
+	f := startCfg(t, nil, func(m string) bool { return m != "edge/gate" })
+	expectAnswer := func(reply, data string) {
+		t.Helper()
+		m := f.next(t)
+		if m.Subject != reply || string(m.Data) != data || len(m.Header) != 0 {
+			t.Fatalf("got %s %v %s, want %s %s with no header", m.Subject, m.Header, m.Data, reply, data)
+		}
+	}
+	f.call(t, "_INBOX.t.1", "edge/echo", `{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{"a":1}}`)
+	f.call(t, "_INBOX.t.2", "initialize", `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{}}`)
+	f.call(t, "_INBOX.t.3", "edge/echo", `{"jsonrpc":"2.0","id":3,"method":"edge/echo"}`)
+	f.call(t, "_INBOX.t.4", "edge/gate", `{"jsonrpc":"2.0","id":4,"method":"edge/gate","params":{"name":"g"}}`)
+	expectAnswer("_INBOX.t.1", `{"jsonrpc":"2.0","id":1,"result":{"a":1}}`)
+	expectAnswer("_INBOX.t.2", `{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"Invalid params","data":{"code":"SCHEMA_VIOLATION"}}}`)
+	expectAnswer("_INBOX.t.3", `{"jsonrpc":"2.0","id":3,"result":{}}`)
+	f.expectAccepted(t, "_INBOX.t.4")
+	poll.Until(t, timeout, "the call on the gate", func() (bool, string) { return f.mem.Waiting("g") == 1, "" })
+	if err := f.edge.PublishMsg(&nats.Msg{Subject: wire.CancelSubject("svc", f.w.ID()),
+		Header: nats.Header{wire.Reply: []string{"_INBOX.t.4"}}, Data: []byte(`{"id":4}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if m := f.next(t); m.Subject != "_INBOX.t.4" || !strings.Contains(string(m.Data), `"error"`) {
+		t.Fatalf("got %s %s, want the gate call to end with an error", m.Subject, m.Data)
+	}
+	if n := f.w.Taken(); n != 4 {
+		t.Fatalf("Taken() = %d, want 4", n)
+	}
+	g := startCfg(t, panicky{}, func(string) bool { return true })
+	g.call(t, "_INBOX.t.1", "x", `{"jsonrpc":"2.0","id":1,"method":"x","params":{}}`)
+	m := g.next(t)
+	if m.Subject != "_INBOX.t.1" || len(m.Header) != 0 ||
+		string(m.Data) != `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error","data":{"code":"BACKEND_PANIC"}}}` {
+		t.Fatalf("got %s %v %s, want the panic's error alone", m.Subject, m.Header, m.Data)
+	}
 }
 
 // TestSubscriptionWire: a subscription's response, events and end go to

@@ -59,7 +59,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg := worker.Config{Prefix: *prefix, ID: *id, MaxCalls: *maxCalls, DrainTimeout: *drain}
 	mem := backend.NewMemory()
-	cfg.Handler, cfg.Subscriber = mem, mem
+	cfg.Handler, cfg.Subscriber, cfg.NonBlocking = mem, mem, mem.NonBlocking
 	// Every Config problem is reported with the flags' (Conn is set below).
 	if err := cfg.Validate(); err != nil {
 		for _, e := range unwrapJoined(err) {

@@ -7,11 +7,13 @@
 // subscription (_INBOX.<nuid>.>); its body is the JSON-RPC request carrying
 // edge's integer id. The worker that takes it (one member of the queue group
 // PREFIX) first answers an empty message with header Edge-Worker (so edge
-// knows whom to send a cancel to), then the JSON-RPC response. A
-// subscription request also carries header Edge-Stream, a subject under the
-// same inbox (_INBOX.<nuid>.s.<id>): the worker publishes the establishment
-// response and then the subscription's event and subscription/closed
-// notifications there. Cancels go to the worker that took the call, on
+// knows whom to send a cancel to), then the JSON-RPC response; a call it
+// answers at once (a method that does not block) gets the response alone,
+// and the edge, which has nothing to cancel or probe then, needs no
+// worker id. A subscription request also carries header Edge-Stream, a
+// subject under the same inbox (_INBOX.<nuid>.s.<id>): the worker publishes
+// the establishment response and then the subscription's event and
+// subscription/closed notifications there. Cancels go to the worker that took the call, on
 // PREFIX.$cancel.<worker id>: {"id":<edge id>} with header Edge-Reply naming
 // the call's reply subject (edge ids are unique per edge connection only, the
 // reply subject is unique everywhere), or {"subscriptionId":<worker's id>}.
