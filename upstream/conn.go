@@ -96,12 +96,19 @@ func (s *supervisor) dial() (net.Conn, *child, error) {
 			return nil, nil, err
 		}
 		if br != nil {
-			n := br.Buffered()
+			// What the upstream sent with its 101 (a greeting, say) is not
+			// an answer to anything: dropped, as an unknown notification
+			// arriving later would be. Only a partial frame, which would
+			// leave the loop reading mid-frame, fails the dial.
+			early, _ := br.Peek(br.Buffered())
+			whole := wholeFrames(early)
 			ws.PutReader(br)
-			if n > 0 {
-				// edge speaks first on its upstream connections.
+			if !whole {
 				c.Close()
-				return nil, nil, errors.New("the upstream sent a message before any request")
+				return nil, nil, errors.New("the upstream sent part of a frame with its handshake")
+			}
+			if len(early) > 0 {
+				s.u.log.Warn("upstream sent messages before any request; dropped", "upstream", s.u.name, "conn", s.l.desc, "bytes", len(early))
 			}
 		}
 		return c, nil, nil
@@ -548,4 +555,21 @@ func (c *child) shutdown(timeout time.Duration) {
 	}
 	_ = c.cmd.Process.Kill()
 	<-c.done
+}
+
+// wholeFrames reports whether b is a sequence of complete WebSocket frames.
+func wholeFrames(b []byte) bool {
+	for len(b) > 0 {
+		r := bytes.NewReader(b)
+		h, err := ws.ReadHeader(r)
+		if err != nil {
+			return false
+		}
+		i := len(b) - r.Len()
+		if h.Length > int64(len(b)-i) {
+			return false
+		}
+		b = b[i+int(h.Length):]
+	}
+	return true
 }

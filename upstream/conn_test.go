@@ -107,3 +107,21 @@ func feed(l *link, in []byte, chunk int) ([]byte, error) {
 	}
 	return buf, nil
 }
+
+// TestWholeFrames: what an upstream sent with its 101 is dropped only when it
+// is whole frames; part of one fails the dial.
+func TestWholeFrames(t *testing.T) {
+	one := ws.MustCompileFrame(ws.NewTextFrame([]byte(`{"jsonrpc":"2.0","method":"hello"}`)))
+	two := append(append([]byte{}, one...), one...)
+	for _, c := range []struct {
+		b    []byte
+		want bool
+	}{
+		{nil, true}, {one, true}, {two, true},
+		{one[:1], false}, {one[:len(one)-1], false}, {two[:len(one)+3], false},
+	} {
+		if got := wholeFrames(c.b); got != c.want {
+			t.Fatalf("wholeFrames(%d of %d bytes) = %v, want %v", len(c.b), len(two), got, c.want)
+		}
+	}
+}
