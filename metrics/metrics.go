@@ -30,6 +30,7 @@
 //	edge_upstream_requests_total{upstream,outcome}   counter    outcome: ok error cancelled timeout unavailable
 //	edge_upstream_request_duration_seconds{upstream} histogram  forwarded to answered
 //	edge_upstream_messages_dropped_total{upstream}   counter    upstream messages dropped
+//	edge_upstream_late_answers_total{upstream}      counter    answers to calls that had timed out
 //	edge_metrics_stale_loops                         gauge      loops that missed the last scrape's deadline
 //
 // and the Go runtime's (go_*) and the process's (process_*).
@@ -79,6 +80,7 @@ type upstreamStats struct {
 	name    string
 	st      upstream.Stats
 	dropped int64
+	late    int64
 }
 
 // snapshot reads every counter.
@@ -86,7 +88,7 @@ func (m *Metrics) snapshot() snapshot {
 	s := snapshot{loop: m.gw.Stats(loopTimeout), inFlight: m.rpc.InFlight()}
 	if m.ups != nil {
 		for _, u := range m.ups.Upstreams() {
-			s.upstreams = append(s.upstreams, upstreamStats{name: u.Name(), st: u.Stats(), dropped: u.Dropped()})
+			s.upstreams = append(s.upstreams, upstreamStats{name: u.Name(), st: u.Stats(), dropped: u.Dropped(), late: u.Late()})
 		}
 	}
 	return s

@@ -45,6 +45,7 @@ const (
 	nameUpstreamRequests  = "edge_upstream_requests_total"
 	nameUpstreamDuration  = "edge_upstream_request_duration_seconds"
 	nameUpstreamDropped   = "edge_upstream_messages_dropped_total"
+	nameUpstreamLate      = "edge_upstream_late_answers_total"
 	nameStaleLoops        = "edge_metrics_stale_loops"
 	labelSlowSubscription = "subscription"
 	labelSlowConnection   = "connection"
@@ -116,6 +117,10 @@ func (s *snapshot) emit(k sink, methods []string) {
 		k.family(nameUpstreamDropped, "Messages from upstreams that were dropped (CONTRACT.md section 10).", counter, "upstream")
 		for _, u := range s.upstreams {
 			k.value(float64(u.dropped), u.name)
+		}
+		k.family(nameUpstreamLate, "Answers from upstreams to calls that had timed out already.", counter, "upstream")
+		for _, u := range s.upstreams {
+			k.value(float64(u.late), u.name)
 		}
 	}
 	k.family(nameStaleLoops, "Event loops that did not answer the last scrape in time; their counters are as of the scrape before.", gauge)

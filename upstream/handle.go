@@ -81,6 +81,12 @@ func (l *link) response(idTok, result, errObj []byte) {
 func (l *link) answer(id uint64, result, errObj []byte) {
 	l.mu.Lock()
 	e, ok := l.pending[id]
+	if !ok && l.lateLocked(id) {
+		// The answer to a call that timed out: not garbage.
+		l.mu.Unlock()
+		l.up.late.Add(1)
+		return
+	}
 	if !ok || e.live {
 		l.mu.Unlock()
 		l.drop(dropUnknownID)

@@ -2,8 +2,10 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openengine/edge/backend"
 )
@@ -127,5 +129,30 @@ func TestHandleAnswers(t *testing.T) {
 	}
 	if got, want := string(l.Output()), `{"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":"Method not found"}}`+"\n"; got != want {
 		t.Fatalf("edge wrote to the upstream %q, want %q", got, want)
+	}
+}
+
+// TestLateAnswerIsNotGarbage: the answer to a call that timed out is counted
+// as late, not as a dropped message, and finishes nothing; an answer to an
+// id edge never sent is still dropped.
+func TestLateAnswerIsNotGarbage(t *testing.T) {
+	u := testUpstream(nil, Config{Timeout: time.Second})
+	l := newLink(u, "t", nil, false)
+	l.open()
+	c := &recCall{method: "a"}
+	l.forward(c)
+	l.Output()
+	l.sweep(time.Now().Add(2 * time.Second).UnixNano())
+	if len(c.errs) != 1 || !errors.Is(c.errs[0], backend.ErrUpstreamTimeout) {
+		t.Fatalf("the call finished with %v, want UPSTREAM_TIMEOUT", c.errs)
+	}
+	l.handle([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))  // late
+	l.handle([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))  // again: now garbage
+	l.handle([]byte(`{"jsonrpc":"2.0","id":77,"result":{}}`)) // never sent
+	if late, dropped := u.Late(), u.Dropped(); late != 1 || dropped != 2 {
+		t.Fatalf("late %d dropped %d, want 1 and 2", late, dropped)
+	}
+	if len(c.errs) != 1 {
+		t.Fatalf("the late answer finished the call again: %v", c.errs)
 	}
 }

@@ -55,6 +55,12 @@ type link struct {
 	enc     []byte            // guarded by mu: scratch for a message being framed
 	wake    chan struct{}     // cap 1: output or a state change for the NATS writer
 
+	// expired and expiredOld are the ids of calls that timed out in this
+	// and the previous --upstream-timeout period (at most maxExpired each),
+	// so that their late answers are told from garbage. Guarded by mu.
+	expired, expiredOld map[uint64]struct{}
+	expiredSince        int64 // guarded by mu: when expired was started
+
 	inflight atomic.Int64 // calls in pending that are not live subscriptions, for replica choice
 
 	// Reader-owned (the loop, or nats.go's delivery goroutine; see handle).
@@ -323,6 +329,7 @@ func (l *link) fail() {
 	l.up_ = false
 	pending := l.pending
 	l.pending, l.subs = nil, nil
+	l.expired, l.expiredOld = nil, nil // ids go on after a reconnect: none of these can come back
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
 	l.mu.Unlock()
@@ -346,6 +353,25 @@ func (l *link) fail() {
 	}
 }
 
+// maxExpired bounds each generation of a link's expired ids: an upstream
+// that lets more calls than that time out in one timeout period has the
+// late answers of the rest counted as dropped messages.
+const maxExpired = 1 << 16
+
+// lateLocked reports whether id is a call that timed out, and forgets it: its
+// answer came late. Runs with mu held.
+func (l *link) lateLocked(id uint64) bool {
+	if _, ok := l.expired[id]; ok {
+		delete(l.expired, id)
+		return true
+	}
+	if _, ok := l.expiredOld[id]; ok {
+		delete(l.expiredOld, id)
+		return true
+	}
+	return false
+}
+
 // sweep answers UPSTREAM_TIMEOUT to every call whose deadline has passed
 // and forwards the cancel as Cancel does. On a NATS link it also probes
 // every worker that holds calls, so that a worker that died is noticed
@@ -354,6 +380,9 @@ func (l *link) sweep(now int64) {
 	var expired []call
 	var probe map[string]bool // NATS: the workers that hold calls
 	l.mu.Lock()
+	if now-l.expiredSince >= int64(l.up.cfg.Timeout) {
+		l.expiredOld, l.expired, l.expiredSince = l.expired, nil, now
+	}
 	for id, e := range l.pending {
 		if e.worker != "" && !probe[e.worker] {
 			if probe == nil {
@@ -367,6 +396,12 @@ func (l *link) sweep(now int64) {
 		delete(l.pending, id)
 		if !e.dropped {
 			l.cancelLocked(id, e)
+		}
+		if len(l.expired) < maxExpired {
+			if l.expired == nil {
+				l.expired = make(map[uint64]struct{})
+			}
+			l.expired[id] = struct{}{}
 		}
 		expired = append(expired, e)
 	}

@@ -220,6 +220,7 @@ type Upstream struct {
 	place   atomic.Pointer[placement]
 	own     *goLoop      // the fallback loop of Start, nil under StartOn
 	dropped atomic.Int64 // upstream messages dropped (CONTRACT.md section 10)
+	late    atomic.Int64 // answers to calls that had timed out
 	next    atomic.Uint32
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -277,6 +278,10 @@ func (u *Upstream) HasHTTP() bool { return len(u.http) > 0 }
 
 // Dropped reports how many upstream messages were dropped.
 func (u *Upstream) Dropped() int64 { return u.dropped.Load() }
+
+// Late reports how many answers came for calls that had timed out already
+// (answered UPSTREAM_TIMEOUT); they are not counted in Dropped.
+func (u *Upstream) Late() int64 { return u.late.Load() }
 
 // placement is where an upstream's byte-stream links live: the Loops, and
 // the links each loop owns. Immutable.
