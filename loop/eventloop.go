@@ -139,18 +139,30 @@ func (l *eventLoop) endTurn() {
 	}
 	l.handled = 0
 	l.turn.Flush()
-	l.mu.Lock()
-	l.inTurn = true
-	l.mu.Unlock()
+	l.holdPosts()
 	runtime.Gosched()
-	l.mu.Lock()
-	l.inTurn = false
+	l.releasePosts()
 	if len(l.queue) == 0 {
 		l.mu.Unlock()
 		return
 	}
 	l.clock(time.Now())
 	l.applyLocked()
+}
+
+// holdPosts marks the loop as about to apply its queue itself (inTurn): a
+// Post meanwhile schedules no wake-up. Runs on the loop.
+func (l *eventLoop) holdPosts() {
+	l.mu.Lock()
+	l.inTurn = true
+	l.mu.Unlock()
+}
+
+// releasePosts ends holdPosts and returns with mu held, for the caller to
+// applyLocked (or unlock). Runs on the loop.
+func (l *eventLoop) releasePosts() {
+	l.mu.Lock()
+	l.inTurn = false
 }
 
 // markDirty records that w has output to flush at the end of this turn.

@@ -136,15 +136,12 @@ func (x *wire) traffic() gnet.Action {
 		return gnet.None
 	}
 	l := x.l
-	l.mu.Lock()
-	l.inTurn = true
-	l.mu.Unlock()
+	l.holdPosts()
 	n, err := x.w.Traffic(buf)
 	if n > 0 {
 		_, _ = x.c.Discard(n)
 	}
-	l.mu.Lock()
-	l.inTurn = false
+	l.releasePosts()
 	l.applyLocked()
 	l.flush()
 	if err != nil {

@@ -2,8 +2,6 @@ package test
 
 import (
 	"bufio"
-	"crypto/sha1"
-	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
@@ -45,9 +43,8 @@ func serveGreeting(c net.Conn) {
 	if err != nil {
 		return
 	}
-	sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 	resp := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-		base64.StdEncoding.EncodeToString(sum[:]) + "\r\n\r\n"
+		acceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
 	out := []byte(resp)
 	greeting := []byte(`{"jsonrpc":"2.0","method":"hello","params":{}}`)
 	out = append(out, ws.MustCompileFrame(ws.NewTextFrame(greeting))...)
