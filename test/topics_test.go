@@ -2,12 +2,14 @@ package test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openengine/edge/internal/poll"
+	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/internal/testnats"
 	"github.com/openengine/edge/topics"
 	"github.com/openengine/edge/upstream"
@@ -29,15 +31,22 @@ type topicsEdge struct {
 // wait: wait until the topics are connected.
 func startTopicsEdge(t *testing.T, url string, js, wait bool, next *upstream.Set) *topicsEdge {
 	t.Helper()
+	logs := &testgw.Buffer{}
 	tops, err := topics.New(topics.Config{URL: url, Prefix: "t", JetStream: js,
-		BackoffMax: 200 * time.Millisecond})
+		BackoffMax: 200 * time.Millisecond,
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := tops.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(tops.Close)
+	t.Cleanup(func() {
+		tops.Close()
+		if t.Failed() {
+			t.Logf("topics logs:\n%s", logs.String())
+		}
+	})
 	if wait {
 		waitTopics(t, tops)
 	}
@@ -55,6 +64,15 @@ func waitTopics(t *testing.T, tops *topics.Topics) {
 	t.Helper()
 	poll.Until(t, pollTimeout, "topics connected to NATS", func() (bool, string) {
 		return tops.Ready(), "not connected"
+	})
+}
+
+// waitReopened waits until tops is usable again after a loss of NATS: it
+// has opened more than before times.
+func waitReopened(t *testing.T, tops *topics.Topics, before uint64) {
+	t.Helper()
+	poll.Until(t, pollTimeout, "topics reconnected to NATS", func() (bool, string) {
+		return tops.Ready() && tops.Opens() > before, "opened " + strconv.FormatUint(tops.Opens(), 10) + " times"
 	})
 }
 
@@ -375,11 +393,15 @@ func TestTopicsJetStreamRestart(t *testing.T) {
 	evs := live.expectTopicEvents(sl, 1, 10)
 	replay.expectTopicEvents(sr, 1, 10)
 	start := time.Now()
+	opensA, opensB := a.tops.Opens(), b.tops.Opens()
 	testnats.Restart(t, ns, dir)
 	live.expectLostTopic(sl, evs[10].cursor, start)
 	replay.expectLostTopic(sr, evs[10].cursor, start)
-	waitTopics(t, a.tops)
-	waitTopics(t, b.tops)
+	// A has no subscription to show it saw the restart: wait until both
+	// have reopened, not just for Ready, which A may still report from
+	// before it learnt of the loss.
+	waitReopened(t, a.tops, opensA)
+	waitReopened(t, b.tops, opensB)
 	for i := 11; i <= 15; i++ {
 		pub.sendText(publishText(strconv.Itoa(i), "r", i))
 		pub.expectText(delivered(strconv.Itoa(i), 0))

@@ -152,6 +152,7 @@ type Topics struct {
 
 	mu      sync.Mutex
 	up      bool              // guarded by mu: connected (and the stream exists)
+	opens   uint64            // guarded by mu: times up became true
 	nextID  uint64            // guarded by mu: last subscription ticket id
 	subs    map[uint64]*sub   // guarded by mu: subscriptions by ticket id
 	topics  map[string]*topic // guarded by mu: topics with subscribers here
@@ -238,6 +239,16 @@ func (t *Topics) Ready() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.up
+}
+
+// Opens is how many times the topics became usable: once at start, once
+// more after each loss of NATS. Who restarts NATS waits for it to grow
+// (Ready alone may still report the connection from before the loss when
+// nats.go has not yet told this edge it was lost).
+func (t *Topics) Opens() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.opens
 }
 
 // Describe names the NATS side for logs and /readyz.
@@ -626,6 +637,7 @@ func (t *Topics) open() (bool, error) {
 		return false, nil
 	}
 	t.up = true
+	t.opens++
 	return true, nil
 }
 
@@ -684,11 +696,13 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 			if t.js != nil {
 				f, err := t.js.PublishAsync(o.subject, o.data)
 				if err != nil {
+					log.Debug("nats topics: publish refused", "subject", o.subject, "err", err)
 					o.c.Finish(nil, backend.ErrUpstreamUnavailable)
 					continue
 				}
 				acks = append(acks, f)
 			} else if err := t.nc.Publish(o.subject, o.data); err != nil {
+				log.Debug("nats topics: publish refused", "subject", o.subject, "err", err)
 				o.c.Finish(nil, backend.ErrUpstreamUnavailable)
 				continue
 			}
@@ -713,6 +727,7 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 			perr = waitAck(acks[i], t.cfg.Timeout)
 		}
 		if perr != nil {
+			log.Debug("nats topics: publish failed", "subject", o.subject, "err", perr)
 			o.c.Finish(nil, backend.ErrUpstreamUnavailable)
 			continue
 		}
