@@ -20,6 +20,30 @@ func (c *call) Params() []byte                  { return c.params }
 func (c *call) Stream() backend.Stream          { return nil }
 func (c *call) Finish(result []byte, err error) { c.done <- err }
 
+// startTopics starts an embedded NATS server (with JetStream in a temp
+// dir when js) and Topics connected to it, both stopped at the end of tb,
+// and returns the topics and the server's URL.
+func startTopics(tb testing.TB, js bool) (*Topics, string) {
+	tb.Helper()
+	cfg := testnats.Config{}
+	if js {
+		cfg.StoreDir = tb.TempDir()
+	}
+	ns := testnats.StartWith(tb, cfg)
+	tops, err := New(Config{URL: ns.ClientURL(), JetStream: js})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := tops.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(tops.Close)
+	poll.Until(tb, 5*time.Second, "topics connected", func() (bool, string) {
+		return tops.Ready(), "not connected"
+	})
+	return tops, ns.ClientURL()
+}
+
 // BenchmarkPublish is one edge/publish at a time from Forward to Finish
 // (the loop's side is not included): plain NATS waits for a flush round
 // trip, JetStream for the stream's acknowledgement (file storage in a
@@ -31,22 +55,7 @@ func BenchmarkPublish(b *testing.B) {
 			name = "jetstream"
 		}
 		b.Run(name, func(b *testing.B) {
-			cfg := testnats.Config{}
-			if js {
-				cfg.StoreDir = b.TempDir()
-			}
-			ns := testnats.StartWith(b, cfg)
-			tops, err := New(Config{URL: ns.ClientURL(), JetStream: js})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := tops.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer tops.Close()
-			poll.Until(b, 5*time.Second, "topics connected", func() (bool, string) {
-				return tops.Ready(), "not connected"
-			})
+			tops, _ := startTopics(b, js)
 			c := &call{params: []byte(`{"name":"bench","data":{"x":1}}`), done: make(chan error, 1)}
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -340,8 +340,7 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 		t.queueLocked(op{kind: opReplay, t: tp, s: s})
 	case tp.ready:
 		tp.live++
-		t.establishLocked(s)
-		tp.fan.Join(s.st)
+		t.joinLocked(s)
 	default:
 		tp.live++
 		tp.waiting = append(tp.waiting, s)
@@ -352,6 +351,15 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 	t.mu.Unlock()
 	t.signal()
 	return backend.NewTicket(t, s.id)
+}
+
+// joinLocked makes s, a live subscription, one of its topic's subscribers
+// and then sends its success response: the other way round, an event
+// published by the client right after the response (and delivered by NATS
+// before the join) was lost. Called with mu held.
+func (t *Topics) joinLocked(s *sub) {
+	s.t.fan.Join(s.st)
+	t.establishLocked(s)
 }
 
 // establishLocked sends s's success response. Called with mu held.
@@ -751,8 +759,7 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 		}
 		tp.ready = true
 		for _, s := range tp.waiting {
-			t.establishLocked(s)
-			tp.fan.Join(s.st)
+			t.joinLocked(s)
 		}
 		tp.waiting = nil
 	}
