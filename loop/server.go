@@ -286,7 +286,7 @@ func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
 func (s *Server) input(w *conn, buf []byte, now time.Time) {
 	w.input(buf, now)
 	w.l.endTurn()
-	w.l.flush()
+	w.l.flushDeferred()
 }
 
 // OnClose implements gnet.EventHandler.
