@@ -51,6 +51,20 @@ func BenchmarkLinkRoundTrip(b *testing.B) {
 	}
 }
 
+// BenchmarkPick is the replica choice of one forwarded call between two
+// connected links.
+func BenchmarkPick(b *testing.B) {
+	l1, l2 := newBenchLink(nil), newBenchLink(nil)
+	u := l1.up
+	u.links = []*link{l1, l2}
+	b.ReportAllocs()
+	for b.Loop() {
+		if u.pick(-1) == nil {
+			b.Fatal("no link picked")
+		}
+	}
+}
+
 // BenchmarkLinkEvent is one upstream event passed on to its subscription.
 func BenchmarkLinkEvent(b *testing.B) {
 	l := newBenchLink(nil)

@@ -45,6 +45,10 @@ type link struct {
 	// call from another loop before it is posted to this one.
 	nextID atomic.Uint64
 
+	// upNow mirrors up_ for what reads it without mu: the replica choice,
+	// for every call, where taking mu cost 5% of the proxy's CPU.
+	upNow atomic.Bool
+
 	mu      sync.Mutex
 	up_     bool              // guarded by mu: connected, accepting calls
 	pending map[uint64]call   // guarded by mu: calls in flight and live subscriptions, by upstream id
@@ -303,6 +307,7 @@ func (l *link) open() bool {
 		return false
 	}
 	l.up_ = true
+	l.upNow.Store(true)
 	l.pending = make(map[uint64]call)
 	l.subs = make(map[string]uint64)
 	l.out = l.out[:0]
@@ -310,12 +315,9 @@ func (l *link) open() bool {
 	return true
 }
 
-// isUp reports whether the link takes calls.
-func (l *link) isUp() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.up_
-}
+// isUp reports whether the link takes calls (forwardID checks again under
+// mu).
+func (l *link) isUp() bool { return l.upNow.Load() }
 
 // fail marks the link down and settles everything on it (CONTRACT.md
 // section 10): calls in flight get UPSTREAM_UNAVAILABLE, live subscriptions
@@ -327,6 +329,7 @@ func (l *link) fail() {
 		return
 	}
 	l.up_ = false
+	l.upNow.Store(false)
 	pending := l.pending
 	l.pending, l.subs = nil, nil
 	l.expired, l.expiredOld = nil, nil // ids go on after a reconnect: none of these can come back
