@@ -97,11 +97,24 @@ func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, canc
 		wake: make(chan struct{}, 1), gone: make(chan struct{}, 1)}
 }
 
+// writeAt is the output at which a byte-stream link writes at once rather
+// than when its loop flushes (after every socket of the poller's round):
+// it bounds the buffer a burst builds, which is then kept and reused
+// (about 800 calls per write). Unbounded, 65,536 calls arriving together
+// cost 130 more bytes of RSS each in the bench's P1 hold: a round's
+// buffer past 1 MiB is not kept (Output) and is left to the GC.
+const writeAt = 64 << 10
+
 // signal has the output written: by the loop at the end of its turn
-// (byte-stream links), or by the writer it wakes (NATS).
+// (byte-stream links; at once past writeAt), or by the writer it wakes
+// (NATS). A byte-stream link's signal runs on its loop, which owns out.
 func (l *link) signal() {
 	if l.nats == nil {
-		if l.wc != nil {
+		switch {
+		case l.wc == nil:
+		case len(l.out) >= writeAt:
+			l.wc.Write(l.Output())
+		default:
 			l.wc.Dirty()
 		}
 		return
