@@ -20,8 +20,10 @@ import (
 // clients (accept.go), with a context value that marks it as a wire. From
 // then on the loop reads it in OnTraffic and hands the bytes to the
 // forwarder's backend.Wire; completions the Wire posts while it parses are
-// applied at the end of that turn, and what it queued for the upstream is
-// written in the loop's flush, once per turn for every call of the turn.
+// applied at the end of that turn. What it queued for the upstream is
+// written once the loop has handled every socket of the poller's round
+// (eventLoop.flushDeferred), in one write for the calls of every client
+// read in the round, or at once past 64 KiB (the forwarder's choice).
 
 var _ backend.Loops = (*Server)(nil)
 
