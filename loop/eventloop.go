@@ -208,13 +208,15 @@ func (l *eventLoop) flushWires() {
 }
 
 // flushDeferred is flush for the end of a client connection's input: the
-// connections are written now, the wires once the loop has handled every
-// socket the poller reported ready with this one (a task, which gnet runs
-// after them). Each client's read forwards its calls to the upstream
-// links, usually to every one of them: one write per link for all the
-// reads of a round instead of one per link per read. (Deferring the
-// clients' writes after an upstream's answers the same way was measured
-// too, and made the bench's pipelined P1 slower.) Runs on the loop.
+// connections are written now, the wires by a task. gnet runs tasks after
+// the sockets of a poll; queueing one wakes the poller, whose next poll
+// returns at once: the wires are written after every socket ready with
+// this one and those ready by then. Each client's read forwards its calls
+// to the upstream links, usually to every one of them: one write per link
+// for all the reads of a round instead of one per link per read.
+// (Deferring the clients' writes after an upstream's answers the same way
+// was measured too, and made the bench's pipelined P1 slower.) Runs on the
+// loop.
 func (l *eventLoop) flushDeferred() {
 	l.flushConns()
 	if len(l.wires) == 0 || l.wiresQueued {
