@@ -44,8 +44,10 @@ type Wire interface {
 // WireConn is the loop's side of a Wire's connection. Its methods must be
 // called on the loop.
 type WireConn interface {
-	// Dirty asks the loop to take the Wire's Output at the end of this
-	// turn.
+	// Dirty asks the loop to take the Wire's Output soon: at the end of
+	// this turn, or after the other sockets of the poller's round (calls
+	// forwarded from several clients' reads then go out in one write). A
+	// Wire that wants its output written now calls Write.
 	Dirty()
 	// Buffered is how many bytes the loop holds that the socket has not
 	// taken yet.

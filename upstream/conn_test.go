@@ -3,10 +3,13 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gobwas/ws"
+
+	"github.com/openengine/edge/backend"
 )
 
 // TestWSReaderHugeFrameLengths is the regression test of two crashes a
@@ -125,3 +128,64 @@ func TestWholeFrames(t *testing.T) {
 		}
 	}
 }
+
+// recConn is a backend.WireConn that records what the link asks of it.
+type recConn struct {
+	dirty  int
+	writes [][]byte
+}
+
+func (r *recConn) Dirty()         { r.dirty++ }
+func (r *recConn) Buffered() int  { return 0 }
+func (r *recConn) Write(p []byte) { r.writes = append(r.writes, append([]byte(nil), p...)) }
+func (r *recConn) CloseWrite()    {}
+func (r *recConn) Close()         {}
+
+// TestLinkWritesAtWriteAt: a byte-stream link leaves its output to the
+// loop's flush (Dirty) until it reaches writeAt, then writes it at once,
+// so that a burst's buffer stays bounded; every request goes out once, in
+// order, between those writes and the loop's final Output.
+func TestLinkWritesAtWriteAt(t *testing.T) {
+	l := newBenchLink(nil)
+	rc := &recConn{}
+	l.wc = rc
+	big := &paramsCall{params: []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)}
+	const calls = 200 // about 200 KB: three writes past writeAt
+	for range calls {
+		l.forward(big)
+		if len(l.out) >= writeAt {
+			t.Fatalf("output of %d bytes left for the flush, past writeAt %d", len(l.out), writeAt)
+		}
+	}
+	if len(rc.writes) != 3 {
+		t.Fatalf("%d writes at once, want 3", len(rc.writes))
+	}
+	if rc.dirty == 0 {
+		t.Fatal("the link never left its output to the loop's flush")
+	}
+	var all []byte
+	for _, w := range rc.writes {
+		if len(w) < writeAt || len(w) > writeAt+1100 {
+			t.Fatalf("a write of %d bytes, want writeAt (%d) to writeAt plus one request", len(w), writeAt)
+		}
+		all = append(all, w...)
+	}
+	all = append(all, l.Output()...)
+	lines := strings.Split(strings.TrimSuffix(string(all), "\n"), "\n")
+	if len(lines) != calls {
+		t.Fatalf("%d requests written, want %d", len(lines), calls)
+	}
+	for i, line := range lines {
+		if want := `{"jsonrpc":"2.0","id":` + strconv.Itoa(i+1) + `,`; !strings.HasPrefix(line, want) {
+			t.Fatalf("request %d: %.40s..., want it to start %s", i, line, want)
+		}
+	}
+}
+
+// paramsCall is a unary backend.Call of edge/echo with params.
+type paramsCall struct{ params []byte }
+
+func (c *paramsCall) Method() string         { return "edge/echo" }
+func (c *paramsCall) Params() []byte         { return c.params }
+func (c *paramsCall) Stream() backend.Stream { return nil }
+func (c *paramsCall) Finish([]byte, error)   {}
