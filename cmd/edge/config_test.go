@@ -393,8 +393,8 @@ func TestConfigExitStatus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	bin := buildEdge(t) // before the watchdog: a cold build can take longer than its bound
 	watchdog(t)
-	bin := buildEdge(t)
 	file := writeFile(t, "edge.toml", "max-conn-tasks = 512\nmax-con-tasks = 1\n")
 	for _, tt := range []struct {
 		name       string

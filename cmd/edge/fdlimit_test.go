@@ -54,8 +54,9 @@ func TestAcceptEMFILEKeepsServing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	bin := buildEdge(t) // before the watchdog: a cold build can take longer than its bound
 	watchdog(t)
-	e := startChild(t, exec.Command(buildEdge(t), "--listen", "127.0.0.1:0", "--loops", "1"))
+	e := startChild(t, exec.Command(bin, "--listen", "127.0.0.1:0", "--loops", "1"))
 	pid, exited, stderr, waitFor, addr, url := e.pid, e.exited, e.stderr, e.waitFor, e.addr, e.url
 	// Lowering a limit of one's own child needs no privilege.
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: fdLimit, Max: fdLimit}, nil); err != nil {
@@ -309,9 +310,10 @@ func TestFDLimitDefaultMaxConns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	bin := buildEdge(t) // before the watchdog: a cold build can take longer than its bound
 	watchdog(t)
 	cmd := exec.Command("/bin/sh", "-c", `ulimit -n `+strconv.Itoa(lowFDLimit)+` && exec "$0" "$@"`,
-		buildEdge(t), "--listen", "127.0.0.1:0", "--loops", "1")
+		bin, "--listen", "127.0.0.1:0", "--loops", "1")
 	e := startChild(t, cmd)
 	if n := openFDs(t, e.pid); n > lowFDLimit-lowMaxConns-8 {
 		t.Fatalf("edge holds %d descriptors at start: too many for this test's arithmetic", n)
