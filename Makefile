@@ -3,7 +3,7 @@ GO      ?= go
 FUZZTIME ?= 30s
 PKGS    := ./...
 
-.PHONY: run cluster test race unit lint fuzz bench bench-micro build bench-suite bench-quick bench-test dashboard-png
+.PHONY: run cluster test race unit lint fuzz bench bench-micro build install bench-suite bench-quick bench-test dashboard-png
 
 # ADMIN is the admin listener of `make run` (/healthz, /readyz); ADMIN= turns it off.
 ADMIN   ?= 127.0.0.1:9090
@@ -12,9 +12,13 @@ ADMIN   ?= 127.0.0.1:9090
 run:
 	$(GO) run ./cmd/edge --admin-listen=$(ADMIN) $(ARGS)
 
-## build: build bin/edge
+## build: build bin/edge (stamped with the commit: edge version)
 build:
-	$(GO) build -o bin/edge ./cmd/edge
+	$(GO) build -buildvcs=auto -o bin/edge ./cmd/edge
+
+## install: go install edge into $(go env GOBIN), or GOPATH/bin (static, stamped)
+install:
+	CGO_ENABLED=0 $(GO) install -buildvcs=auto -trimpath ./cmd/edge
 
 ## cluster: a local cluster on loopback: NATS (bin/natsd), 2 edges (ws://127.0.0.1:8081/, :8082/; dashboards :9091, :9092), 2 workers; Ctrl-C stops it. CLUSTERARGS adds flags (internal/cmd/cluster)
 cluster: build

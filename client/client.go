@@ -1,5 +1,5 @@
 // Package client is a Go client for edge and any OECP v1 JSON-RPC 2.0 server
-// over WebSocket (ws://) or NDJSON over TCP (tcp://). It correlates responses,
+// over WebSocket (ws://, wss://) or NDJSON over TCP (tcp://). It correlates responses,
 // multiplexes subscriptions, and turns context cancellation into
 // $/cancelRequest.
 //
@@ -12,15 +12,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gobwas/ws"
 )
@@ -35,12 +38,24 @@ type Options struct {
 	SubscriptionBuffer int
 	// Dialer dials the TCP connection [a zero net.Dialer].
 	Dialer *net.Dialer
+	// TLSConfig configures wss:// [nil: the system roots, the URL's host as
+	// the server name].
+	TLSConfig *tls.Config
+	// Token, when set, is sent as "Authorization: Bearer <Token>" on the
+	// WebSocket upgrade. It never appears in an error.
+	Token string
+	// Header holds further headers for the WebSocket upgrade.
+	Header http.Header
+	// CloseTimeout bounds how long Close waits for the server's close frame
+	// after sending its own (close code 1000) [2s].
+	CloseTimeout time.Duration
 }
 
 // Defaults of Options.
 const (
 	DefaultMaxMessageBytes    = 1 << 20
 	DefaultSubscriptionBuffer = 1024
+	DefaultCloseTimeout       = 2 * time.Second
 )
 
 // Sentinel errors of package client. Compare with errors.Is.
@@ -49,8 +64,8 @@ var (
 	ErrClosed = errors.New("client: connection closed")
 	// ErrMessageTooBig reports an inbound message over Options.MaxMessageBytes.
 	ErrMessageTooBig = errors.New("client: inbound message too big")
-	// ErrScheme reports a URL that is neither ws:// nor tcp://.
-	ErrScheme = errors.New("client: url scheme must be ws or tcp")
+	// ErrScheme reports a URL that is not ws://, wss:// or tcp://.
+	ErrScheme = errors.New("client: url scheme must be ws, wss or tcp")
 )
 
 // Error is a JSON-RPC error response (CONTRACT.md section 7).
@@ -83,7 +98,11 @@ func (e *Error) DataCode() string {
 type transport interface {
 	read() ([]byte, error)  // one inbound message; called only by the read loop
 	write(msg []byte) error // one outbound message; called with Client.wmu held
-	close() error
+	// shut starts the client's close: a WebSocket sends its close frame
+	// (1000) and gives the server Options.CloseTimeout to answer it; NDJSON
+	// closes at once. The read loop ends when the connection has.
+	shut() error
+	close() error // ends the connection at once
 }
 
 // Client is a connection to a JSON-RPC server. Safe for concurrent use.
@@ -117,8 +136,10 @@ type response struct {
 	sub    *Subscription
 }
 
-// Dial connects to rawURL: ws://host:port/path for WebSocket, tcp://host:port
-// for NDJSON. ctx bounds the dial and the upgrade.
+// Dial connects to rawURL: ws://host:port/path or wss://host:port/path for
+// WebSocket, tcp://host:port for NDJSON. ctx bounds the dial, the TLS
+// handshake and the upgrade. An error names the URL without its userinfo and
+// query (where a token may be).
 func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
@@ -133,42 +154,67 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	if o.Dialer == nil {
 		o.Dialer = &net.Dialer{}
 	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = DefaultCloseTimeout
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, errors.New("client: invalid URL") // url.Error repeats the URL, token and all
 	}
+	shown := displayURL(u)
 	c := &Client{opts: o, pending: make(map[int64]*call), subs: make(map[string]*Subscription), done: make(chan struct{})}
 	switch u.Scheme {
-	case "ws":
-		d := ws.Dialer{NetDial: o.Dialer.DialContext}
+	case "ws", "wss":
+		h := o.Header.Clone()
+		if o.Token != "" {
+			if h == nil {
+				h = http.Header{}
+			}
+			h.Set("Authorization", "Bearer "+o.Token)
+		}
+		d := ws.Dialer{NetDial: o.Dialer.DialContext, TLSConfig: o.TLSConfig}
+		if h != nil {
+			d.Header = ws.HandshakeHeaderHTTP(h)
+		}
 		conn, br, _, err := d.Dial(ctx, rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("client: dial %s: %w", rawURL, err)
+			return nil, fmt.Errorf("client: dial %s: %w", shown, err)
 		}
-		c.t = newWSTransport(conn, br, o.MaxMessageBytes, &c.wmu)
+		c.t = newWSTransport(conn, br, o.MaxMessageBytes, o.CloseTimeout, &c.wmu)
 		c.ws = true
 	case "tcp":
 		conn, err := o.Dialer.DialContext(ctx, "tcp", u.Host)
 		if err != nil {
-			return nil, fmt.Errorf("client: dial %s: %w", rawURL, err)
+			return nil, fmt.Errorf("client: dial %s: %w", shown, err)
 		}
 		c.t = &lineTransport{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), max: o.MaxMessageBytes}
 	default:
-		return nil, fmt.Errorf("%w: %q", ErrScheme, rawURL)
+		return nil, fmt.Errorf("%w: %q", ErrScheme, shown)
 	}
 	go c.readLoop()
 	return c, nil
 }
 
-// Close closes the connection. Pending calls return ErrClosed and
-// subscriptions end. Safe for concurrent use.
+// displayURL is u for an error message: without userinfo and query, where
+// credentials may be.
+func displayURL(u *url.URL) string {
+	v := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, Opaque: u.Opaque}
+	if u.RawQuery != "" {
+		v.RawQuery = "..."
+	}
+	return v.String()
+}
+
+// Close closes the connection: over WebSocket with close code 1000, waiting
+// at most Options.CloseTimeout for the server's close frame. Pending calls
+// return ErrClosed and subscriptions end. Safe for concurrent use.
 func (c *Client) Close() error {
 	select {
 	case <-c.done:
 		return nil // already ended (by the server, or an earlier Close)
 	default:
 	}
-	err := c.t.close()
+	err := c.t.shut()
 	<-c.done
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // the read loop closed it first

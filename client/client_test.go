@@ -27,7 +27,7 @@ func TestDialScheme(t *testing.T) {
 		url  string
 	}{
 		{"http", "http://127.0.0.1:1/"},
-		{"wss", "wss://127.0.0.1:1/"},
+		{"https", "https://127.0.0.1:1/"},
 		{"no scheme", "//127.0.0.1:1"},
 		{"host as scheme", "localhost:1"},
 	}

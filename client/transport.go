@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
@@ -13,48 +15,48 @@ import (
 
 // wsTransport frames messages as WebSocket text frames (client side: masked).
 type wsTransport struct {
-	conn net.Conn
-	rd   *wsutil.Reader
-	ctl  wsutil.FrameHandlerFunc
-	max  int
-	buf  []byte // read loop only
+	conn    net.Conn
+	rd      *wsutil.Reader
+	ctl     wsutil.FrameHandlerFunc
+	max     int
+	buf     []byte        // read loop only
+	wmu     *sync.Mutex   // Client.wmu: serialises every write
+	closing atomic.Bool   // set under wmu once the close frame is written
+	timeout time.Duration // Options.CloseTimeout
 }
 
 // lockedWriter serialises the read loop's pongs and close replies with the
 // client's own writes. It writes in the background: a Call stuck in a write
 // (the server pushing back) must not stall the read loop behind the lock.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
+// Nothing follows the client's close frame.
+type lockedWriter struct{ t *wsTransport }
 
 func (l lockedWriter) Write(p []byte) (int, error) {
 	b := append([]byte(nil), p...)
 	go func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		_, _ = l.w.Write(b)
+		l.t.wmu.Lock()
+		defer l.t.wmu.Unlock()
+		if !l.t.closing.Load() {
+			_, _ = l.t.conn.Write(b)
+		}
 	}()
 	return len(p), nil
 }
 
-func newWSTransport(conn net.Conn, br *bufio.Reader, max int, wmu *sync.Mutex) *wsTransport {
+func newWSTransport(conn net.Conn, br *bufio.Reader, max int, timeout time.Duration, wmu *sync.Mutex) *wsTransport {
 	var src io.Reader = conn
 	if br != nil && br.Buffered() > 0 {
 		src = io.MultiReader(br, conn)
 	}
-	ctl := wsutil.ControlFrameHandler(lockedWriter{wmu, conn}, ws.StateClientSide)
-	return &wsTransport{
-		conn: conn,
-		ctl:  ctl,
-		max:  max,
-		rd: &wsutil.Reader{
-			Source:         src,
-			State:          ws.StateClientSide,
-			CheckUTF8:      true,
-			OnIntermediate: ctl,
-		},
+	t := &wsTransport{conn: conn, max: max, wmu: wmu, timeout: timeout}
+	t.ctl = wsutil.ControlFrameHandler(lockedWriter{t}, ws.StateClientSide)
+	t.rd = &wsutil.Reader{
+		Source:         src,
+		State:          ws.StateClientSide,
+		CheckUTF8:      true,
+		OnIntermediate: t.ctl,
 	}
+	return t
 }
 
 func (t *wsTransport) read() ([]byte, error) {
@@ -62,6 +64,9 @@ func (t *wsTransport) read() ([]byte, error) {
 		h, err := t.rd.NextFrame()
 		if err != nil {
 			return nil, err
+		}
+		if h.OpCode == ws.OpClose && t.closing.Load() {
+			return nil, io.EOF // the server's answer to our close: done
 		}
 		if h.OpCode.IsControl() {
 			if err := t.ctl(h, t.rd); err != nil {
@@ -108,7 +113,30 @@ func readAtMost(r io.Reader, buf *[]byte, max int) (int, error) {
 }
 
 func (t *wsTransport) write(msg []byte) error {
+	if t.closing.Load() {
+		return net.ErrClosed
+	}
 	return wsutil.WriteClientMessage(t.conn, ws.OpText, msg)
+}
+
+// shut sends the close frame (1000) and bounds the wait for the server's:
+// the write deadline first, so that a write stuck on a server that does not
+// read gives up the lock within the timeout.
+func (t *wsTransport) shut() error {
+	deadline := time.Now().Add(t.timeout)
+	_ = t.conn.SetWriteDeadline(deadline)
+	t.wmu.Lock()
+	if t.closing.Swap(true) {
+		t.wmu.Unlock()
+		return nil
+	}
+	frame := ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusNormalClosure, ""))
+	err := ws.WriteFrame(t.conn, ws.MaskFrameInPlace(frame))
+	t.wmu.Unlock()
+	if err != nil {
+		return t.close()
+	}
+	return t.conn.SetReadDeadline(deadline)
 }
 
 func (t *wsTransport) close() error { return t.conn.Close() }
@@ -157,6 +185,8 @@ func (t *lineTransport) write(msg []byte) error {
 // half-close, after which it still answers every request in flight (as stdio
 // does at EOF), while a client that closes gives up on them, and the reset
 // makes the gateway cancel their backend work at once (CONTRACT.md section 6).
+func (t *lineTransport) shut() error { return t.close() }
+
 func (t *lineTransport) close() error {
 	if tc, ok := t.conn.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)

@@ -2,32 +2,45 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"syscall"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/client"
 )
 
 // runClient serves the operator subcommands:
 //
-//	edge call [--timeout D] URL METHOD [PARAMS]
-//	edge subscribe [--timeout D] URL METHOD [PARAMS]
+//	edge call [flags] URL METHOD [PARAMS]
+//	edge subscribe [flags] URL METHOD [PARAMS]
 //
-// URL is ws://host:port/path or tcp://host:port (NDJSON). PARAMS is a JSON
-// object (default {}). call prints the result as one JSON line; subscribe
-// prints the establishment result, then each event's params, one JSON line
-// each, until the subscription ends or ctx is cancelled. An RPC error is
-// printed as {"error":...} and fails the command.
+// URL is ws://host:port/path, wss://host:port/path or tcp://host:port
+// (NDJSON). PARAMS is a JSON object (default {}). call prints the result as
+// one JSON line; subscribe prints the establishment result, then each
+// event's params, one JSON line each, until the subscription ends or ctx is
+// cancelled. An RPC error is printed as {"error":...} and fails the command.
+// The bearer token comes from --token or EDGE_TOKEN and never appears in an
+// error.
 func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("edge "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on dialing and, for call, on the whole call")
+	wait := fs.Duration("wait", 0, "keep retrying the connection for up to this long while the gateway is not up yet (refused, 503)")
+	token := fs.String("token", "", "bearer token for the upgrade (prefer EDGE_TOKEN: a flag shows in ps)")
+	caFile := fs.String("ca", "", "PEM file of the CA that signed a wss:// server's certificate (default: the system's)")
+	insecure := fs.Bool("insecure", false, "wss://: do not verify the server's certificate (a self-signed test certificate; never in production)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge %s [--timeout D] URL METHOD [PARAMS]\n", cmd)
+		fmt.Fprintf(stderr, "Usage: edge %s [--timeout D] [--wait D] [--token T] [--ca FILE] [--insecure] URL METHOD [PARAMS]\n", cmd)
+		fmt.Fprintf(stderr, "URL: ws://HOST:PORT/PATH, wss://HOST:PORT/PATH or tcp://HOST:PORT; EDGE_TOKEN sets the token\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -45,9 +58,26 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 			return fmt.Errorf("%s: PARAMS is not valid JSON: %s", cmd, params)
 		}
 	}
-	dialCtx, cancel := context.WithTimeout(ctx, *timeout)
+	opts := client.Options{Token: *token}
+	if opts.Token == "" {
+		opts.Token = os.Getenv(clientTokenEnv)
+	}
+	if *caFile != "" || *insecure {
+		opts.TLSConfig = &tls.Config{InsecureSkipVerify: *insecure}
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil {
+				return fmt.Errorf("%s: --ca: %w", cmd, err)
+			}
+			opts.TLSConfig.RootCAs = x509.NewCertPool()
+			if !opts.TLSConfig.RootCAs.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("%s: --ca %s: no PEM certificate in it", cmd, *caFile)
+			}
+		}
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, *timeout+*wait)
 	defer cancel()
-	c, err := client.Dial(dialCtx, url, nil)
+	c, err := dialWaiting(dialCtx, url, &opts, *wait)
 	if err != nil {
 		return err
 	}
@@ -84,6 +114,41 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 			}
 		}
 	}
+}
+
+// dialWaiting dials url, retrying for up to wait while the gateway is not up
+// yet: the connection refused, or 503 (over --max-conns, or draining). Any
+// other refusal (401, 403, 404, a bad certificate) fails at once.
+func dialWaiting(ctx context.Context, url string, opts *client.Options, wait time.Duration) (*client.Client, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 20 * time.Millisecond
+	for {
+		c, err := client.Dial(ctx, url, opts)
+		if err == nil || time.Now().After(deadline) || !retryable(err) {
+			return c, err
+		}
+		if onDialRetry != nil {
+			onDialRetry(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// onDialRetry, when set (by tests), sees each refused dial that is retried.
+var onDialRetry func(error)
+
+// retryable: the gateway may not be up yet.
+func retryable(err error) bool {
+	var se ws.StatusError
+	if errors.As(err, &se) {
+		return se == 503
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // printError prints an RPC error as a JSON line and returns it.

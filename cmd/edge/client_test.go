@@ -13,13 +13,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/openengine/edge/auth"
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/client"
 	"github.com/openengine/edge/internal/poll"
+	"github.com/openengine/edge/internal/testcert"
 	"github.com/openengine/edge/internal/testgw"
 	"github.com/openengine/edge/loop"
 )
@@ -282,5 +286,100 @@ func TestRunClientUsage(t *testing.T) {
 				t.Fatalf("stderr %q, usage printed: want %v", stderr, tt.usage)
 			}
 		})
+	}
+}
+
+// TestRunCallSecure: wss:// with --ca or --insecure, the token from --token
+// or EDGE_TOKEN; a refused token fails without the token in the error.
+func TestRunCallSecure(t *testing.T) {
+	watchdog(t)
+	cert := testcert.New(t, "edge-cli-test")
+	dir := t.TempDir()
+	const token = "cli-s3cret-token"
+	tokens, ca := filepath.Join(dir, "tokens"), filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(tokens, []byte("carol "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, cert.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.LoadTokens(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := testgw.Start(t, testgw.Config{Loop: loop.Config{Loops: 1, TLS: cert.ServerConfig(), Auth: v}, MaxTasks: 1024, QuietLogs: true})
+	url := "wss://" + g.Srv.Addr().String() + "/"
+	want := `{"subject":"carol",`
+	for _, args := range [][]string{
+		{"call", "--ca", ca, "--token", token, url, "edge/whoami"},
+		{"call", "--insecure", "--token", token, url, "edge/whoami"},
+	} {
+		stdout, stderr, err := cliRun(t, args...)
+		if err != nil || !strings.HasPrefix(stdout, want) {
+			t.Fatalf("edge %q: err %v, stdout %q, stderr %q; want %s...", args, err, stdout, stderr, want)
+		}
+	}
+	t.Setenv(clientTokenEnv, token)
+	if stdout, _, err := cliRun(t, "call", "--ca", ca, url, "edge/whoami"); err != nil || !strings.HasPrefix(stdout, want) {
+		t.Fatalf("with EDGE_TOKEN: err %v, stdout %q", err, stdout)
+	}
+	t.Setenv(clientTokenEnv, "")
+	for _, args := range [][]string{
+		{"call", "--ca", ca, "--token", token + "-wrong", url, "edge/whoami"},
+		{"call", "--ca", ca, url + "?access_token=" + token + "-wrong", "edge/whoami"},
+		{"call", "--token", token, url, "edge/whoami"}, // the certificate is not trusted
+	} {
+		stdout, stderr, err := cliRun(t, args...)
+		if err == nil {
+			t.Fatalf("edge %q succeeded: %q", args, stdout)
+		}
+		if strings.Contains(err.Error()+stdout+stderr, token) {
+			t.Fatalf("edge %q shows the token: err %v, stdout %q, stderr %q", args, err, stdout, stderr)
+		}
+	}
+}
+
+// TestRunCallWait: --wait retries while nothing listens yet, so a script can
+// start edge and call it at once.
+func TestRunCallWait(t *testing.T) {
+	watchdog(t)
+	addr := testgw.FreeAddr(t, "127.0.0.1")
+	if _, _, err := cliRun(t, "call", "ws://"+addr+"/", "edge/echo"); err == nil {
+		t.Fatal("a call with nothing listening succeeded")
+	}
+	type result struct {
+		stdout string
+		err    error
+	}
+	refused := make(chan error, 1)
+	onDialRetry = func(err error) {
+		select {
+		case refused <- err:
+		default:
+		}
+	}
+	t.Cleanup(func() { onDialRetry = nil })
+	done := make(chan result, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{"call", "--wait", "4s", "ws://" + addr + "/", "edge/echo", `{"up":true}`}, strings.NewReader(""), &out, &errOut)
+		done <- result{out.String(), err}
+	}()
+	// The gateway starts once the caller has been refused: the listener
+	// appears while it retries.
+	select {
+	case err := <-refused:
+		t.Logf("refused, retrying: %v", err)
+	case <-time.After(cliWait):
+		t.Fatal("edge call --wait never retried")
+	}
+	testgw.Start(t, testgw.Config{Loop: loop.Config{Loops: 1, Listen: addr}, MaxTasks: 1024, QuietLogs: true})
+	select {
+	case r := <-done:
+		if r.err != nil || r.stdout != `{"up":true}`+"\n" {
+			t.Fatalf("edge call --wait: err %v, stdout %q", r.err, r.stdout)
+		}
+	case <-time.After(cliWait):
+		t.Fatal("edge call --wait did not return")
 	}
 }

@@ -27,6 +27,10 @@ import (
 // envPrefix starts the name of every environment variable edge reads.
 const envPrefix = "EDGE_"
 
+// clientTokenEnv is the bearer token of `edge call` and `edge subscribe`;
+// the gateway's configuration ignores it, so that one shell can run both.
+const clientTokenEnv = "EDGE_TOKEN"
+
 // redacted is what `edge config` prints in place of a secret.
 const redacted = "<redacted>"
 
@@ -142,6 +146,9 @@ func (c *config) applyEnv(environ []string) []error {
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		v := vars[k]
+		if k == clientTokenEnv {
+			continue // edge call's and edge subscribe's, not a flag of the gateway
+		}
 		name := strings.ToLower(strings.ReplaceAll(k[len(envPrefix):], "_", "-"))
 		f := c.fs.Lookup(name)
 		switch {

@@ -352,6 +352,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runConfig(args[1:], os.Environ(), stdout, stderr)
 		case "worker":
 			return runWorker(ctx, args[1:], stderr)
+		case "version", "--version", "-version":
+			return runVersion(stdout)
+		case "health":
+			return runHealth(ctx, args[1:], stdout)
 		}
 	}
 	environ := os.Environ()
