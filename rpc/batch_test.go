@@ -144,3 +144,26 @@ func TestBatchCancelAndReuseID(t *testing.T) {
 		t.Fatalf("InFlight %d, want 0", n)
 	}
 }
+
+// TestMethodNotFoundLogged: a request edge refuses with -32601 says why in
+// the debug log (before, nothing was logged), and the oecp profile's reason
+// names --profile jsonrpc.
+func TestMethodNotFoundLogged(t *testing.T) {
+	pool := backend.NewPool(4, time.Minute)
+	t.Cleanup(pool.Close)
+	var logs strings.Builder
+	srv, err := NewServer(Config{Handler: backend.NewMemory(), Pool: pool,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &listSink{}
+	s := srv.NewSession(WebSocket, sink, &batchLoop{turn: srv.NewTurn()})
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"orders/list","params":{}}`))
+	if len(sink.msgs) != 1 || !strings.Contains(sink.msgs[0], `"code":-32601`) {
+		t.Fatalf("answers %q, want one -32601", sink.msgs)
+	}
+	if got := logs.String(); !strings.Contains(got, `method="\"orders/list\""`) || !strings.Contains(got, "--profile jsonrpc") {
+		t.Fatalf("log %q: want the method and the reason naming --profile jsonrpc", got)
+	}
+}

@@ -1,7 +1,10 @@
 package rpc
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"sync"
 
 	"github.com/openengine/edge/backend"
@@ -163,6 +166,32 @@ func (srv *Server) adhoc(name []byte) (*Method, backend.Forwarder) {
 		return nil, nil
 	}
 	return srv.adhocs.get(name), f
+}
+
+// logNotFound says at debug level why a request got -32601: an operator
+// whose own method is refused by edge itself sees why in the log. The name is
+// the client's: quoted, and cut at 128 bytes.
+func (srv *Server) logNotFound(name []byte, m *Method, tracked bool) {
+	if !srv.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	var why string
+	switch {
+	case m == nil && srv.cfg.Profile != ProfileJSONRPC:
+		why = "not in the registry: the oecp profile serves the registry's methods only (--registry), --profile jsonrpc forwards any method to its --route or the first --upstream"
+	case m == nil && srv.cfg.Forward == nil:
+		why = "not in the registry, and no --upstream to forward it to"
+	case m == nil:
+		why = "not in the registry, and no --route matches it"
+	case !tracked:
+		why = "a subscription method needs an id: it cannot be a notification"
+	default:
+		why = "a subscription method, and nothing serves subscriptions"
+	}
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	srv.cfg.Logger.Debug("method not found", "method", strconv.Quote(string(name)), "why", why)
 }
 
 // paramsOK reports whether params are acceptable before the backend sees

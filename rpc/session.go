@@ -272,6 +272,7 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		}
 	}
 	if m == nil || (m.Kind == Subscription && (!tracked || (s.srv.subscriber == nil && fwd == nil))) {
+		s.srv.logNotFound(env.MethodName(s.name), m, tracked)
 		return errMethodNotFound
 	}
 	if !s.srv.paramsOK(env.Params) {

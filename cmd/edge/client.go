@@ -77,7 +77,8 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, *timeout+*wait)
 	defer cancel()
-	c, err := dialWaiting(dialCtx, url, &opts, *wait)
+	until := time.Now().Add(*wait)
+	c, err := dialWaiting(dialCtx, url, &opts, until)
 	if err != nil {
 		return err
 	}
@@ -85,13 +86,17 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 	switch cmd {
 	case "call":
 		var result json.RawMessage
-		if err := c.Call(dialCtx, method, params, &result); err != nil {
+		if err := retryUnavailable(dialCtx, until, func() error { return c.Call(dialCtx, method, params, &result) }); err != nil {
 			return printError(stdout, err)
 		}
 		_, err := fmt.Fprintf(stdout, "%s\n", result)
 		return err
 	default:
-		sub, err := c.Subscribe(dialCtx, method, params)
+		var sub *client.Subscription
+		err := retryUnavailable(dialCtx, until, func() (err error) {
+			sub, err = c.Subscribe(dialCtx, method, params)
+			return err
+		})
 		if err != nil {
 			return printError(stdout, err)
 		}
@@ -119,27 +124,45 @@ func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io
 // dialWaiting dials url, retrying for up to wait while the gateway is not up
 // yet: the connection refused, or 503 (over --max-conns, or draining). Any
 // other refusal (401, 403, 404, a bad certificate) fails at once.
-func dialWaiting(ctx context.Context, url string, opts *client.Options, wait time.Duration) (*client.Client, error) {
-	deadline := time.Now().Add(wait)
+func dialWaiting(ctx context.Context, url string, opts *client.Options, until time.Time) (c *client.Client, err error) {
+	err = retry(ctx, until, retryable, func() error {
+		c, err = client.Dial(ctx, url, opts)
+		return err
+	})
+	return c, err
+}
+
+// retryUnavailable runs call until it is not answered UPSTREAM_UNAVAILABLE
+// (the gateway is up, its upstream not connected yet), or until passes.
+func retryUnavailable(ctx context.Context, until time.Time, call func() error) error {
+	return retry(ctx, until, func(err error) bool {
+		var re *client.Error
+		return errors.As(err, &re) && re.DataCode() == "UPSTREAM_UNAVAILABLE"
+	}, call)
+}
+
+// retry runs f, and again after a growing pause while its error is
+// retryable and until has not passed.
+func retry(ctx context.Context, until time.Time, retryable func(error) bool, f func() error) error {
 	backoff := 20 * time.Millisecond
 	for {
-		c, err := client.Dial(ctx, url, opts)
-		if err == nil || time.Now().After(deadline) || !retryable(err) {
-			return c, err
+		err := f()
+		if err == nil || time.Now().After(until) || !retryable(err) {
+			return err
 		}
 		if onDialRetry != nil {
 			onDialRetry(err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return err
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
 
-// onDialRetry, when set (by tests), sees each refused dial that is retried.
+// onDialRetry, when set (by tests), sees each refusal that is retried.
 var onDialRetry func(error)
 
 // retryable: the gateway may not be up yet.

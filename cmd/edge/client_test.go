@@ -339,18 +339,9 @@ func TestRunCallSecure(t *testing.T) {
 	}
 }
 
-// TestRunCallWait: --wait retries while nothing listens yet, so a script can
-// start edge and call it at once.
-func TestRunCallWait(t *testing.T) {
-	watchdog(t)
-	addr := testgw.FreeAddr(t, "127.0.0.1")
-	if _, _, err := cliRun(t, "call", "ws://"+addr+"/", "edge/echo"); err == nil {
-		t.Fatal("a call with nothing listening succeeded")
-	}
-	type result struct {
-		stdout string
-		err    error
-	}
+// watchRetries hooks onDialRetry for the test: the channel gets the first
+// refusal that edge call retries.
+func watchRetries(t *testing.T) <-chan error {
 	refused := make(chan error, 1)
 	onDialRetry = func(err error) {
 		select {
@@ -359,12 +350,36 @@ func TestRunCallWait(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { onDialRetry = nil })
-	done := make(chan result, 1)
+	return refused
+}
+
+// cliResult is what run printed on stdout, and its error.
+type cliResult struct {
+	stdout string
+	err    error
+}
+
+// runAsync runs edge with args on a goroutine; the channel gets its result.
+func runAsync(args ...string) <-chan cliResult {
+	done := make(chan cliResult, 1)
 	go func() {
 		var out, errOut bytes.Buffer
-		err := run(context.Background(), []string{"call", "--wait", "4s", "ws://" + addr + "/", "edge/echo", `{"up":true}`}, strings.NewReader(""), &out, &errOut)
-		done <- result{out.String(), err}
+		err := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
+		done <- cliResult{out.String(), err}
 	}()
+	return done
+}
+
+// TestRunCallWait: --wait retries while nothing listens yet, so a script can
+// start edge and call it at once.
+func TestRunCallWait(t *testing.T) {
+	watchdog(t)
+	addr := testgw.FreeAddr(t, "127.0.0.1")
+	if _, _, err := cliRun(t, "call", "ws://"+addr+"/", "edge/echo"); err == nil {
+		t.Fatal("a call with nothing listening succeeded")
+	}
+	refused := watchRetries(t)
+	done := runAsync("call", "--wait", "4s", "ws://"+addr+"/", "edge/echo", `{"up":true}`)
 	// The gateway starts once the caller has been refused: the listener
 	// appears while it retries.
 	select {
@@ -380,6 +395,36 @@ func TestRunCallWait(t *testing.T) {
 			t.Fatalf("edge call --wait: err %v, stdout %q", r.err, r.stdout)
 		}
 	case <-time.After(cliWait):
+		t.Fatal("edge call --wait did not return")
+	}
+}
+
+// TestRunCallWaitUpstream: --wait also retries a call answered
+// UPSTREAM_UNAVAILABLE, so that a script that starts edge and its upstream
+// together can call at once; without --wait the same call fails.
+func TestRunCallWaitUpstream(t *testing.T) {
+	upAddr := testgw.FreeAddr(t, "127.0.0.1")
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--upstream", "engine=tcp://"+upAddr, "--upstream-backoff-max", "100ms")
+	_, _, err := cliRun(t, "call", e.ws, "edge/echo")
+	var re *client.Error
+	if !errors.As(err, &re) || re.DataCode() != "UPSTREAM_UNAVAILABLE" {
+		t.Fatalf("call with the upstream down: %v, want UPSTREAM_UNAVAILABLE", err)
+	}
+	refused := watchRetries(t)
+	done := runAsync("call", "--wait", "8s", e.ws, "edge/echo", `{"up":1}`)
+	select {
+	case err := <-refused:
+		t.Logf("retrying: %v", err)
+	case <-time.After(cliWait):
+		t.Fatal("edge call --wait never retried")
+	}
+	testgw.Start(t, testgw.Config{Loop: loop.Config{Loops: 1, NDJSONListen: upAddr}, QuietLogs: true})
+	select {
+	case r := <-done:
+		if r.err != nil || r.stdout != `{"up":1}`+"\n" {
+			t.Fatalf("edge call --wait: err %v, stdout %q", r.err, r.stdout)
+		}
+	case <-time.After(edgeWait):
 		t.Fatal("edge call --wait did not return")
 	}
 }
