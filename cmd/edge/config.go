@@ -104,12 +104,12 @@ func loadConfig(args, environ []string, stderr io.Writer) (*config, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { printHelp(stderr, fs) }
 	c := &config{opts: o, fs: fs, from: make(map[string]string)}
 	c.secret = defineFlags(fs, o)
+	if err := unknownFlags(fs, args); err != nil {
+		return nil, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

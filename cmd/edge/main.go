@@ -104,9 +104,11 @@ func (f *listFlag) Get() any { return slices.Clone(f.seen) }
 const DefaultMaxTasks = 65536
 
 // usage is the head of `edge --help`, before the flags.
-const usage = `Usage: edge [flags]
-       edge config [flags]     print the effective configuration as TOML
-       edge call|subscribe [--timeout D] URL METHOD [PARAMS]
+const usage = `Usage: edge [flags]                  serve (make run: on the memory backend)
+       edge config [flags]           check and print the effective configuration as TOML
+       edge call|subscribe [flags] URL METHOD [PARAMS]   poke a gateway (edge call --help)
+       edge worker --nats URL --prefix PREFIX           serve the memory backend over NATS
+       edge version | edge health [ADMIN-ADDR]
 
 A WebSocket JSON-RPC 2.0 gateway (openengine.cluster/v1 data plane).
 
@@ -117,8 +119,6 @@ over the environment, which wins over the file. A repeatable flag given on the
 command line replaces the list from the environment or the file; in the
 environment a list is a TOML array:
 EDGE_UPSTREAM='["a=tcp://127.0.0.1:9000", "b=exec:edge --stdio"]'.
-
-Flags:
 `
 
 // defineFlags defines every flag of edge on fs, filling o, and returns the
@@ -357,6 +357,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "health":
 			return runHealth(ctx, args[1:], stdout)
 		}
+	}
+	if wantsHelp(args) {
+		fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+		defineFlags(fs, &options{})
+		printHelp(stdout, fs)
+		return flag.ErrHelp
 	}
 	environ := os.Environ()
 	cfg, err := loadConfig(args, environ, stderr)
