@@ -2,6 +2,9 @@ package auth
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -93,5 +96,41 @@ func TestLoadTokensEmptyFile(t *testing.T) {
 	}
 	if _, err := v.Verify("anything"); !errors.Is(err, ErrUnknownToken) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// BenchmarkStaticTokens is a lookup in a tokens file of 10 and of 10,000
+// tokens: a listed token (the last line) and an unknown one. The lookup
+// must not grow with the file (issue 20 item 5).
+func BenchmarkStaticTokens(b *testing.B) {
+	for _, n := range []int{10, 10000} {
+		var file strings.Builder
+		for i := range n {
+			fmt.Fprintf(&file, "subject-%d tok-%064d\n", i, i)
+		}
+		path := filepath.Join(b.TempDir(), "tokens")
+		if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		v, err := LoadTokens(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, tt := range []struct {
+			name, token string
+			ok          bool
+		}{
+			{"listed", fmt.Sprintf("tok-%064d", n-1), true},
+			{"unknown", fmt.Sprintf("tok-%064d", n), false},
+		} {
+			b.Run(fmt.Sprintf("tokens=%d/%s", n, tt.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := v.Verify(tt.token); (err == nil) != tt.ok {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
