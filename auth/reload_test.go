@@ -2,9 +2,12 @@ package auth
 
 import (
 	"crypto/elliptic"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +78,66 @@ func TestReloadJWTKeys(t *testing.T) {
 	}
 }
 
+// TestReloadJWTKeyKinds: a reload reads --jwt-key and --jwt-hmac-key
+// files as their flags say, like the first load: a public key file replaced
+// by the same key as DER, or an HMAC secret replaced by a short one or one
+// ending in a line break, fails the reload and the previous keys stay; a
+// good new secret replaces the old one.
+func TestReloadJWTKeyKinds(t *testing.T) {
+	dir := t.TempDir()
+	rsaKey := genRSA(t)
+	oldSecret := []byte("the-first-hmac-secret-of-32-byte")
+	newSecret := []byte("the-second-hmac-secret-32-bytes!")
+	pubPath := writeFile(t, dir, "key.pem", pemPublic(t, rsaKey.Public()))
+	secretPath := writeFile(t, dir, "secret", oldSecret)
+	cfg := JWTConfig{KeyFiles: []string{pubPath}, HMACKeyFiles: []string{secretPath}, Alg: "HS256", Now: clock}
+	r, err := NewReloadable(func() (Verifier, error) { return NewJWT(cfg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := sign(t, jwt.SigningMethodRS256, rsaKey, "", claims(nil))
+	hsOld := sign(t, jwt.SigningMethodHS256, oldSecret, "", claims(nil))
+	hsNew := sign(t, jwt.SigningMethodHS256, newSecret, "", claims(nil))
+	der, err := x509.MarshalPKIXPublicKey(rsaKey.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		name, path string
+		data       []byte
+		want       string
+	}{
+		{"public key as DER", pubPath, der, "--jwt-key " + pubPath + ": looks like DER"},
+		{"short secret", secretPath, newSecret[:31], "--jwt-hmac-key " + secretPath + ": 31 bytes"},
+		{"secret and a line break", secretPath, append(slices.Clone(newSecret), '\n'), "--jwt-hmac-key " + secretPath + ": a text secret"},
+		{"public key as an HMAC secret", secretPath, pemPublic(t, rsaKey.Public()), "--jwt-hmac-key " + secretPath + ": contains a PEM block"},
+	} {
+		prev, err := os.ReadFile(bad.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, dir, filepath.Base(bad.path), bad.data)
+		if err := r.Reload(); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Fatalf("%s: reload error %v, want %q", bad.name, err, bad.want)
+		}
+		mustSub(t, r, rs, "alice")
+		mustSub(t, r, hsOld, "alice")
+		if _, err := r.Verify(hsNew); err == nil {
+			t.Fatalf("%s: a failed reload let the new secret in", bad.name)
+		}
+		writeFile(t, dir, filepath.Base(bad.path), prev)
+	}
+	writeFile(t, dir, "secret", newSecret)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, r, hsNew, "alice")
+	mustSub(t, r, rs, "alice")
+	if _, err := r.Verify(hsOld); !errors.Is(err, ErrSignature) {
+		t.Fatalf("old secret's token after reload: %v", err)
+	}
+}
+
 // TestReloadConcurrent verifies while reloading between two key files; the
 // race detector checks the swap and every Verify sees one whole verifier.
 func TestReloadConcurrent(t *testing.T) {
@@ -124,14 +187,14 @@ func TestReloadConcurrent(t *testing.T) {
 
 func TestChain(t *testing.T) {
 	dir := t.TempDir()
-	secret := []byte("chain-secret")
+	secret := []byte("chain-secret-of-32-bytes-for-HS2")
 	tokens, err := NewReloadable(func() (Verifier, error) {
 		return LoadTokens(writeFile(t, dir, "tokens", []byte("svc static-token-1\n")))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwts, err := NewJWT(JWTConfig{KeyFiles: []string{writeFile(t, dir, "hmac", secret)}, Alg: "HS256", Now: clock})
+	jwts, err := NewJWT(JWTConfig{HMACKeyFiles: []string{writeFile(t, dir, "hmac", secret)}, Alg: "HS256", Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
