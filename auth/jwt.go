@@ -44,6 +44,9 @@ type jwtVerifier struct {
 	keys   []key
 	parser *jwt.Parser
 	leeway time.Duration // >= 0: added to "exp" for Identity.Expires
+	// testHookParse, when set, is called before each token is parsed (and
+	// then verified). For tests: nil outside them.
+	testHookParse func()
 }
 
 // NewJWT loads cfg's key files and returns a Verifier of JWTs signed by
@@ -121,7 +124,10 @@ func NewJWT(cfg JWTConfig) (Verifier, error) {
 // concurrent use.
 func (v *jwtVerifier) Verify(token string) (Identity, error) {
 	if token == "" {
-		return Identity{}, ErrMissing
+		return Identity{}, ErrMissing // not parsed, no key tried
+	}
+	if v.testHookParse != nil {
+		v.testHookParse()
 	}
 	var claims jwt.RegisteredClaims
 	_, err := v.parser.ParseWithClaims(token, &claims, v.keyFor)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,3 +237,47 @@ func mustSub(t *testing.T, v Verifier, token, sub string) {
 }
 
 func pathDir(p string) string { return filepath.Dir(p) }
+
+// countingVerifier counts the tokens it is asked about and accepts none.
+type countingVerifier struct{ calls atomic.Int64 }
+
+func (c *countingVerifier) Verify(string) (Identity, error) {
+	c.calls.Add(1)
+	return Identity{}, ErrUnknownToken
+}
+
+// TestNoTokenNoVerification is issue 20 item 5: an upgrade that carries no
+// token must cost no JWT parse and no RSA or EC verification. The loop asks
+// the Chain that cmd/edge builds about the empty token: the Chain answers
+// ErrMissing without asking any member (it asked every member before), and
+// a JWT verifier asked directly parses nothing; a token, even a bad one, is
+// parsed once, which shows the counting works.
+func TestNoTokenNoVerification(t *testing.T) {
+	dir := t.TempDir()
+	rsaKey := genRSA(t)
+	v, err := NewJWT(JWTConfig{KeyFiles: []string{writeFile(t, dir, "rsa.pem", pemPublic(t, rsaKey.Public()))}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parses atomic.Int64
+	v.(*jwtVerifier).testHookParse = func() { parses.Add(1) }
+	members := [2]countingVerifier{}
+	c := Chain{&members[0], v, &members[1]}
+
+	_, chainErr := c.Verify("")
+	_, jwtErr := v.Verify("")
+	if n0, n1, p := members[0].calls.Load(), members[1].calls.Load(), parses.Load(); n0+n1+p != 0 {
+		t.Fatalf("no token: the chain asked its members %d and %d times, the JWT verifier parsed %d tokens; want none", n0, n1, p)
+	}
+	if !errors.Is(chainErr, ErrMissing) || !errors.Is(jwtErr, ErrMissing) {
+		t.Fatalf("no token: chain %v, JWT verifier %v, want ErrMissing", chainErr, jwtErr)
+	}
+
+	mustSub(t, c, sign(t, jwt.SigningMethodRS256, rsaKey, "", claims(nil)), "alice")
+	if _, err := c.Verify(sign(t, jwt.SigningMethodRS256, genRSA(t), "", claims(nil))); !errors.Is(err, ErrSignature) {
+		t.Fatalf("another key's token: %v", err)
+	}
+	if n0, p := members[0].calls.Load(), parses.Load(); n0 != 2 || p != 2 {
+		t.Fatalf("two tokens: the first member asked %d times, %d parsed; want 2 and 2", n0, p)
+	}
+}
