@@ -15,11 +15,16 @@ const DefaultLeeway = 30 * time.Second
 
 // JWTConfig configures NewJWT. Zero values mean the documented defaults.
 type JWTConfig struct {
-	// KeyFiles are the --jwt-key files: each an HMAC secret (raw bytes), a
-	// PEM public key or certificate, or a JWKS document.
+	// KeyFiles are the --jwt-key files of public keys: each PEM public keys
+	// or certificates, or a JWKS document. Nothing in them is ever taken
+	// for an HMAC secret.
 	KeyFiles []string
+	// HMACKeyFiles are the --jwt-hmac-key files: each an HMAC secret, its
+	// raw bytes exactly.
+	HMACKeyFiles []string
 	// Alg is the algorithm of the HMAC secrets: HS256, HS384 or HS512.
-	// Required when a key file is an HMAC secret.
+	// Required with HMACKeyFiles, refused without them (public keys carry
+	// their algorithms).
 	Alg string
 	// Leeway is the clock skew allowed on exp, nbf and iat: 0 means
 	// DefaultLeeway, a negative value none.
@@ -39,10 +44,16 @@ type jwtVerifier struct {
 	keys   []key
 	parser *jwt.Parser
 	leeway time.Duration // >= 0: added to "exp" for Identity.Expires
+	// testHookParse, when set, is called before each token is parsed (and
+	// then verified). For tests: nil outside them.
+	testHookParse func()
 }
 
 // NewJWT loads cfg's key files and returns a Verifier of JWTs signed by
-// them (CONTRACT.md section 11.3). A token's "alg" must be one of its key's
+// them (CONTRACT.md section 11.3). A key's kind comes from the field that
+// names its file, never from the file's content; a file that is not what
+// its field takes is an error naming it, and the error joins every problem
+// of every file. A token's "alg" must be one of its key's
 // family (RS* and PS* for RSA, the ES* of the curve for ECDSA, EdDSA for
 // Ed25519, cfg.Alg for HMAC secrets); "none" is always refused. A token with
 // a "kid" that some JWKS key has is checked against those keys only; other
@@ -50,16 +61,31 @@ type jwtVerifier struct {
 // without "kid") of the right family; a "kid" that names no key, when every
 // key has one, is ErrUnknownKid. Safe for concurrent use.
 func NewJWT(cfg JWTConfig) (Verifier, error) {
-	if len(cfg.KeyFiles) == 0 {
+	if len(cfg.KeyFiles) == 0 && len(cfg.HMACKeyFiles) == 0 && cfg.Alg == "" {
 		return nil, errors.New("auth: jwt: no key file")
 	}
 	var keys []key
+	var errs []error
 	for _, path := range cfg.KeyFiles {
-		k, err := loadKeyFile(path, cfg.Alg)
-		if err != nil {
-			return nil, err
-		}
+		k, err := loadPublicKeyFile(path)
+		errs = append(errs, err)
 		keys = append(keys, k...)
+	}
+	if len(cfg.HMACKeyFiles) > 0 {
+		if _, ok := hmacMinBytes[cfg.Alg]; !ok {
+			errs = append(errs, fmt.Errorf("auth: --jwt-hmac-key needs --jwt-alg HS256, HS384 or HS512 (got %q)", cfg.Alg))
+		} else {
+			for _, path := range cfg.HMACKeyFiles {
+				k, err := loadHMACFile(path, cfg.Alg)
+				errs = append(errs, err)
+				keys = append(keys, k...)
+			}
+		}
+	} else if cfg.Alg != "" {
+		errs = append(errs, errors.New("auth: --jwt-alg is the algorithm of --jwt-hmac-key secrets, and none is given (a --jwt-key public key carries its own)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	leeway := cfg.Leeway
 	switch {
@@ -98,7 +124,10 @@ func NewJWT(cfg JWTConfig) (Verifier, error) {
 // concurrent use.
 func (v *jwtVerifier) Verify(token string) (Identity, error) {
 	if token == "" {
-		return Identity{}, ErrMissing
+		return Identity{}, ErrMissing // not parsed, no key tried
+	}
+	if v.testHookParse != nil {
+		v.testHookParse()
 	}
 	var claims jwt.RegisteredClaims
 	_, err := v.parser.ParseWithClaims(token, &claims, v.keyFor)

@@ -105,13 +105,13 @@ func TestJWTMatrix(t *testing.T) {
 		}
 		return v
 	}
-	all := mk(JWTConfig{KeyFiles: []string{hmacFile, hmac2File, rsaFile, ecFile, edFile},
+	all := mk(JWTConfig{KeyFiles: []string{rsaFile, ecFile, edFile}, HMACKeyFiles: []string{hmacFile, hmac2File},
 		Alg: "HS256", Audience: testAud, Issuer: testIss})
-	noExp := mk(JWTConfig{KeyFiles: []string{hmacFile}, Alg: "HS256", AllowNoExp: true})
-	noAudIss := mk(JWTConfig{KeyFiles: []string{hmacFile}, Alg: "HS256"})
+	noExp := mk(JWTConfig{HMACKeyFiles: []string{hmacFile}, Alg: "HS256", AllowNoExp: true})
+	noAudIss := mk(JWTConfig{HMACKeyFiles: []string{hmacFile}, Alg: "HS256"})
 	rsaOnly := mk(JWTConfig{KeyFiles: []string{rsaFile}})
 	set := mk(JWTConfig{KeyFiles: []string{jwksFile}, Audience: testAud})
-	noLeeway := mk(JWTConfig{KeyFiles: []string{hmacFile}, Alg: "HS256", Leeway: -1})
+	noLeeway := mk(JWTConfig{HMACKeyFiles: []string{hmacFile}, Alg: "HS256", Leeway: -1})
 
 	hs := func(mod func(jwt.MapClaims)) string { return sign(t, jwt.SigningMethodHS256, secret, "", claims(mod)) }
 	valid := hs(nil)
@@ -224,9 +224,9 @@ func TestJWTMatrix(t *testing.T) {
 // the clock rather than sleeping.
 func TestJWTDefaultLeeway(t *testing.T) {
 	dir := t.TempDir()
-	secret := []byte("secret")
+	secret := []byte("a-32-byte-hmac-secret-for-tests!")
 	at := now
-	v, err := NewJWT(JWTConfig{KeyFiles: []string{writeFile(t, dir, "k", secret)}, Alg: "HS256", Now: func() time.Time { return at }})
+	v, err := NewJWT(JWTConfig{HMACKeyFiles: []string{writeFile(t, dir, "k", secret)}, Alg: "HS256", Now: func() time.Time { return at }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,14 +254,14 @@ func TestJWTDefaultLeeway(t *testing.T) {
 // Expires (the loop closes at now >= Expires).
 func TestJWTExpiresWithLeeway(t *testing.T) {
 	dir := t.TempDir()
-	secret := []byte("secret")
+	secret := []byte("a-32-byte-hmac-secret-for-tests!")
 	file := writeFile(t, dir, "k", secret)
 	tok := sign(t, jwt.SigningMethodHS256, secret, "", jwt.MapClaims{"sub": "s", "exp": now.Unix()})
 	for _, tt := range []struct {
 		leeway, want time.Duration // want: Expires - exp
 	}{{0, DefaultLeeway}, {5 * time.Second, 5 * time.Second}, {-1, 0}} {
 		at := now.Add(-time.Minute)
-		v, err := NewJWT(JWTConfig{KeyFiles: []string{file}, Alg: "HS256", Leeway: tt.leeway, Now: func() time.Time { return at }})
+		v, err := NewJWT(JWTConfig{HMACKeyFiles: []string{file}, Alg: "HS256", Leeway: tt.leeway, Now: func() time.Time { return at }})
 		if err != nil {
 			t.Fatal(err)
 		}

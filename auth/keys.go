@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -30,7 +31,6 @@ type key struct {
 }
 
 var (
-	hmacAlgs  = []string{"HS256", "HS384", "HS512"}
 	rsaAlgs   = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}
 	eddsaAlgs = []string{"EdDSA"}
 )
@@ -48,47 +48,162 @@ func ecAlgs(c elliptic.Curve) ([]string, bool) {
 	return nil, false
 }
 
-// loadKeyFile reads one --jwt-key file and tells its kind by content: a JSON
-// object with "keys" is a JWKS document, a file with "-----BEGIN" is PEM,
-// anything else is an HMAC secret (its raw bytes) used with hmacAlg.
-func loadKeyFile(path, hmacAlg string) ([]key, error) {
+// The kind of a key comes from the flag that names its file, never from the
+// file's content (issue 20): a public key file that the content test took
+// for something else used to become an HMAC secret, whose bytes are public,
+// so anyone could sign a token with them.
+
+// loadPublicKeyFile reads one --jwt-key file: PEM public keys or
+// certificates, or a JWKS document of public keys. Anything else (DER, a
+// broken JSON document, raw bytes, a private or symmetric key) is an error
+// saying what the file looks like; it never becomes an HMAC secret.
+func loadPublicKeyFile(path string) ([]key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("auth: jwt key: %w", err)
+		return nil, fmt.Errorf("auth: --jwt-key: %w", err)
 	}
-	var keys []key
-	switch {
-	case isJSONObject(data):
-		keys, err = parseJWKS(data)
-	case bytes.Contains(data, []byte("-----BEGIN")):
-		keys, err = parsePEM(data)
-	default:
-		keys, err = hmacKey(data, hmacAlg)
-	}
+	keys, err := parsePublic(data)
 	if err != nil {
-		return nil, fmt.Errorf("auth: jwt key %s: %w", path, err)
+		return nil, fmt.Errorf("auth: --jwt-key %s: %w", path, err)
 	}
 	return keys, nil
 }
 
-// isJSONObject reports whether data is a valid JSON object. Random secret
-// bytes that merely start with '{' are not.
-func isJSONObject(data []byte) bool {
+// parsePublic tells the two public key formats apart: a file whose first
+// non-space byte is '{' is a JWKS document, one with "-----BEGIN" is PEM.
+// Its errors quote no byte of the file: it may be a secret given to the
+// wrong flag.
+func parsePublic(data []byte) ([]key, error) {
 	t := bytes.TrimSpace(data)
-	return len(t) > 0 && t[0] == '{' && json.Valid(t)
+	switch {
+	case len(t) == 0:
+		return nil, errors.New("empty file: want a PEM public key or a JWKS document")
+	case t[0] == '{' || t[0] == '[':
+		if err := jsonSyntax(data); err != nil {
+			return nil, err
+		}
+		if t[0] == '[' {
+			return nil, errors.New(`a JSON array: want a JWKS document, {"keys":[...]}`)
+		}
+		return parseJWKS(data)
+	case bytes.Contains(data, []byte("-----BEGIN")):
+		return parsePEM(data)
+	}
+	if what, ok := derKind(data); ok {
+		return nil, fmt.Errorf("looks like DER (%s), not PEM: convert it, e.g. openssl pkey -pubin -inform DER -in FILE -out FILE.pem", what)
+	}
+	return nil, errors.New("no PEM block and not a JSON document: --jwt-key takes a PEM public key (RS*, PS*, ES*, EdDSA) or a JWKS document; a shared HMAC secret goes in --jwt-hmac-key")
 }
 
-func hmacKey(secret []byte, alg string) ([]key, error) {
-	if len(secret) == 0 {
-		return nil, errors.New("empty HMAC secret")
+// jsonSyntax reports where data stops being JSON, by byte offset and line,
+// without quoting it.
+func jsonSyntax(data []byte) error {
+	var v json.RawMessage
+	err := json.Unmarshal(data, &v)
+	var se *json.SyntaxError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se):
+		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte{'\n'})
+		return fmt.Errorf("invalid JSON at offset %d (line %d)", se.Offset, line)
 	}
-	if alg == "" {
-		return nil, errors.New("an HMAC secret needs the algorithm (HS256, HS384 or HS512)")
+	return errors.New("invalid JSON")
+}
+
+// derKind reports whether data is one DER-encoded ASN.1 SEQUENCE whose
+// contents are whole ASN.1 elements, and names what it holds when x509
+// parses it.
+func derKind(data []byte) (string, bool) {
+	var seq asn1.RawValue
+	rest, err := asn1.Unmarshal(data, &seq)
+	if err != nil || len(rest) != 0 || seq.Class != asn1.ClassUniversal || seq.Tag != asn1.TagSequence || !seq.IsCompound {
+		return "", false
 	}
-	if !slices.Contains(hmacAlgs, alg) {
-		return nil, fmt.Errorf("HMAC algorithm %q is not HS256, HS384 or HS512", alg)
+	for in := seq.Bytes; len(in) > 0; {
+		var el asn1.RawValue
+		if in, err = asn1.Unmarshal(in, &el); err != nil {
+			return "", false
+		}
 	}
-	return []key{{algs: []string{alg}, pub: bytes.Clone(secret)}}, nil
+	if _, err := x509.ParsePKIXPublicKey(data); err == nil {
+		return "a public key", true
+	}
+	if _, err := x509.ParsePKCS1PublicKey(data); err == nil {
+		return "an RSA public key", true
+	}
+	if _, err := x509.ParseCertificate(data); err == nil {
+		return "a certificate", true
+	}
+	if _, err := x509.ParsePKCS8PrivateKey(data); err == nil {
+		return "a private key", true
+	}
+	return "an ASN.1 SEQUENCE", true
+}
+
+// loadHMACFile reads one --jwt-hmac-key file: the secret is the file's
+// bytes, exactly. A file that parses as JSON, PEM or DER is a key document
+// given to the wrong flag and is refused, so is a secret shorter than the
+// hash of alg (RFC 7518 section 3.2), and so is a text secret ending in a
+// line break (see hmacSecret).
+func loadHMACFile(path, alg string) ([]key, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: --jwt-hmac-key: %w", err)
+	}
+	if err := hmacSecret(data, alg); err != nil {
+		return nil, fmt.Errorf("auth: --jwt-hmac-key %s: %w", path, err)
+	}
+	return []key{{algs: []string{alg}, pub: bytes.Clone(data)}}, nil
+}
+
+// hmacMinBytes is the least secret size of each HMAC algorithm: the size of
+// its hash (RFC 7518 section 3.2).
+var hmacMinBytes = map[string]int{"HS256": 32, "HS384": 48, "HS512": 64}
+
+// hmacSecret checks an HMAC secret for alg. Its errors quote no byte of it.
+//
+// Nothing is stripped: the secret is the file's bytes, as the signer must
+// have them. A text secret (printable ASCII) followed by a line break is
+// refused rather than guessed at: `openssl rand -base64 32 > FILE` writes
+// one, and whether the signer's copy has it decides whether every token
+// verifies; refusing turns that silent mismatch into a start-up error. A
+// binary secret is used whatever its last byte.
+func hmacSecret(data []byte, alg string) error {
+	switch {
+	case len(data) == 0:
+		return errors.New("empty file")
+	case bytes.Contains(data, []byte("-----BEGIN")):
+		return errors.New("contains a PEM block: an HMAC secret is raw bytes; a public key goes in --jwt-key")
+	case json.Valid(data):
+		return errors.New("parses as JSON: an HMAC secret is raw bytes (of a JWK of kty oct, its base64url-decoded k); a JWKS of public keys goes in --jwt-key")
+	}
+	if what, ok := derKind(data); ok {
+		return fmt.Errorf("parses as DER (%s): an HMAC secret is raw bytes; a public key goes in --jwt-key, as PEM", what)
+	}
+	if body, ok := textLine(data); ok {
+		return fmt.Errorf("a text secret of %d bytes followed by a line break: the secret is the file's bytes, exactly; write it without the line break (printf %%s \"$SECRET\" > FILE)", len(body))
+	}
+	if need := hmacMinBytes[alg]; len(data) < need {
+		return fmt.Errorf("%d bytes: %s needs a secret of at least %d bytes (RFC 7518 section 3.2)", len(data), alg, need)
+	}
+	return nil
+}
+
+// textLine reports whether data is printable ASCII followed by one line
+// break ("\n" or "\r\n"), and returns the text.
+func textLine(data []byte) ([]byte, bool) {
+	body, ok := bytes.CutSuffix(data, []byte("\n"))
+	if !ok {
+		return nil, false
+	}
+	body, _ = bytes.CutSuffix(body, []byte("\r"))
+	for _, c := range body {
+		if c < 0x20 || c > 0x7e {
+			return nil, false
+		}
+	}
+	return body, true
 }
 
 // parsePEM reads every PEM block of a file: public keys (PKIX "PUBLIC KEY",
@@ -161,12 +276,18 @@ type jwk struct {
 	Crv string `json:"crv"`
 	X   string `json:"x"`
 	Y   string `json:"y"`
+	// D is the private part of an RSA, EC or OKP key: read only to refuse
+	// a private key.
+	D string `json:"d"`
 }
 
-// parseJWKS reads a JWK Set. Keys of other types (oct, unknown curves) and
-// encryption keys ("use": "enc") are skipped; a set with no usable key is an
-// error, and so is a malformed key of a supported type. A JWK's "alg", when
-// given, narrows the key to that one algorithm.
+// parseJWKS reads a JWK Set of public keys. A symmetric key ("kty": "oct")
+// or a private one (with "d") is an error, whatever its "use": --jwt-key is
+// the flag of public keys, and a set that holds a secret is the wrong file.
+// Keys of other types (unknown curves, unknown kty) and encryption keys
+// ("use": "enc") are skipped; a set with no usable key is an error, and so
+// is a malformed key of a supported type. A JWK's "alg", when given,
+// narrows the key to that one algorithm.
 func parseJWKS(data []byte) ([]key, error) {
 	var set struct {
 		Keys *[]json.RawMessage `json:"keys"`
@@ -182,6 +303,12 @@ func parseJWKS(data []byte) ([]key, error) {
 		var j jwk
 		if err := json.Unmarshal(raw, &j); err != nil {
 			return nil, fmt.Errorf("JWKS key %d: %w", i, err)
+		}
+		switch {
+		case j.Kty == "oct":
+			return nil, fmt.Errorf(`JWKS key %d: kty "oct" is a symmetric (HMAC) key: --jwt-key takes public keys only (an HMAC secret goes in --jwt-hmac-key, as raw bytes)`, i)
+		case j.D != "":
+			return nil, fmt.Errorf(`JWKS key %d: a private key (it has "d"): --jwt-key takes public keys only`, i)
 		}
 		if j.Use != "" && j.Use != "sig" {
 			continue

@@ -54,8 +54,13 @@ type Chain []Verifier
 // Verify returns the first member's identity that accepts the token. When
 // none does, the error is the first that says more than "not my kind of
 // token" (ErrUnknownToken, ErrMalformed, ErrMissing), else the first error.
-// Safe for concurrent use when its members are.
+// An empty token (the request carried none) is ErrMissing at once: no
+// member is asked, so no key is parsed or verified for it (issue 20 item
+// 5). Safe for concurrent use when its members are.
 func (c Chain) Verify(token string) (Identity, error) {
+	if token == "" {
+		return Identity{}, ErrMissing
+	}
 	var first, telling error
 	for _, v := range c {
 		id, err := v.Verify(token)

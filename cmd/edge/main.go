@@ -146,8 +146,12 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.Var(&listFlag{add: func(s string) error {
 		o.jwt.KeyFiles = append(o.jwt.KeyFiles, s)
 		return nil
-	}}, "jwt-key", "`FILE` (repeatable) verifying JWT bearer tokens: an HMAC secret (with --jwt-alg), a PEM public key or a JWKS document (by kid); turns authentication on; SIGHUP reloads it")
-	fs.StringVar(&o.jwt.Alg, "jwt-alg", "", "algorithm of HMAC secrets given with --jwt-key: HS256, HS384 or HS512")
+	}}, "jwt-key", "public key `FILE` (repeatable) verifying JWT bearer tokens: PEM public keys or certificates (RS*, PS*, ES*, EdDSA) or a JWKS document (by kid); anything else, a symmetric or a private key included, is refused at start; turns authentication on; SIGHUP reloads it")
+	fs.Var(&listFlag{add: func(s string) error {
+		o.jwt.HMACKeyFiles = append(o.jwt.HMACKeyFiles, s)
+		return nil
+	}}, "jwt-hmac-key", "HMAC secret `FILE` (repeatable, with --jwt-alg) verifying JWT bearer tokens: the file's bytes exactly, at least the hash size (32, 48, 64 bytes); a file that parses as JSON, PEM or DER, or text ending in a line break, is refused; turns authentication on; SIGHUP reloads it")
+	fs.StringVar(&o.jwt.Alg, "jwt-alg", "", "algorithm of the --jwt-hmac-key secrets: HS256, HS384 or HS512 (public keys carry their own)")
 	fs.DurationVar(&o.jwt.Leeway, "jwt-leeway", auth.DefaultLeeway, "clock skew allowed on exp, nbf and iat")
 	fs.StringVar(&o.jwt.Audience, "jwt-audience", "", "the aud a JWT must carry (unchecked when empty)")
 	fs.StringVar(&o.jwt.Issuer, "jwt-issuer", "", "the iss a JWT must carry (unchecked when empty)")
@@ -527,8 +531,9 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 	return reg, ups, nil
 }
 
-// loadAuth loads --auth-tokens and --jwt-key into the listener's verifier
-// (CONTRACT.md section 11.3); without either, authentication is off.
+// loadAuth loads --auth-tokens, --jwt-key and --jwt-hmac-key into the
+// listener's verifier (CONTRACT.md section 11.3); without any, authentication
+// is off.
 func loadAuth(o *options) error {
 	var chain auth.Chain
 	if o.authTokens != "" {
@@ -539,11 +544,11 @@ func loadAuth(o *options) error {
 		}
 		chain = append(chain, r)
 	}
-	if len(o.jwt.KeyFiles) > 0 {
+	if len(o.jwt.KeyFiles) > 0 || len(o.jwt.HMACKeyFiles) > 0 || o.jwt.Alg != "" {
 		cfg := o.jwt
 		r, err := auth.NewReloadable(func() (auth.Verifier, error) { return auth.NewJWT(cfg) })
 		if err != nil {
-			return fmt.Errorf("jwt-key: %w", err)
+			return err // it names the flag and the file
 		}
 		chain = append(chain, r)
 	}

@@ -41,25 +41,31 @@ var (
 // stops it and requires run to return nil.
 func startEdge(t *testing.T, args ...string) *edgeProc {
 	t.Helper()
+	e, err := tryEdge(t, args...)
+	if err != nil {
+		t.Fatalf("run returned %v before listening", err)
+	}
+	return e
+}
+
+// tryEdge is startEdge for a start that may be refused: it returns run's
+// error when run returns before listening (and registers nothing), else
+// the serving edge, stopped by t.Cleanup, which requires run to return nil.
+func tryEdge(t *testing.T, args ...string) (*edgeProc, error) {
+	t.Helper()
 	watchdog(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &edgeProc{t: t, stderr: &testgw.Buffer{}, stop: cancel, done: make(chan error, 1)}
 	go func() { e.done <- run(ctx, args, strings.NewReader(""), io.Discard, e.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := e.wait(); err != nil {
-			t.Errorf("run: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("edge stderr:\n%s", e.stderr.String())
-		}
-	})
 	withAdmin := slices.Contains(args, "--admin-listen")
+	var early error // run's result when it returned before listening
+	returned := false
 	poll.Until(t, edgeWait, "edge's listening log lines", func() (bool, string) {
 		select {
 		case err := <-e.done:
 			e.done <- err
-			t.Fatalf("run returned %v before listening", err)
+			early, returned = err, true
+			return true, ""
 		default:
 		}
 		logs := e.stderr.String()
@@ -71,7 +77,23 @@ func startEdge(t *testing.T, args ...string) *edgeProc {
 		}
 		return e.ws != "" && (e.admin != "" || !withAdmin), logs
 	})
-	return e
+	if returned {
+		cancel()
+		if early == nil {
+			early = fmt.Errorf("run returned nil before listening")
+		}
+		return nil, early
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := e.wait(); err != nil {
+			t.Errorf("run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("edge stderr:\n%s", e.stderr.String())
+		}
+	})
+	return e, nil
 }
 
 // wait returns run's result, or an error if it does not come within
