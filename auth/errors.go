@@ -25,6 +25,10 @@ var (
 	// ErrIssuedInFuture is the error of a JWT whose "iat" is in the future
 	// beyond the leeway.
 	ErrIssuedInFuture = fmt.Errorf("%w: issued in the future (iat)", ErrInvalid)
+	// ErrExpOutOfRange is the error of a JWT whose "exp" (plus the leeway)
+	// lies past what a time in nanoseconds since 1970 holds (year 2262):
+	// the connection's expiry could not be kept.
+	ErrExpOutOfRange = fmt.Errorf("%w: exp out of range", ErrInvalid)
 	// ErrNoExp is the error of a JWT without "exp" when one is required.
 	ErrNoExp = fmt.Errorf("%w: no exp claim", ErrInvalid)
 	// ErrAudience is the error of a JWT whose "aud" lacks the configured

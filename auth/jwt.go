@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -115,6 +116,11 @@ func NewJWT(cfg JWTConfig) (Verifier, error) {
 	return &jwtVerifier{keys: keys, parser: jwt.NewParser(opts...), leeway: leeway}, nil
 }
 
+// maxExpires is the last instant whose UnixNano is representable: the loop
+// keeps a connection's expiry in nanoseconds, and an "exp" past it would
+// wrap to the past and close the connection 4401 at its first frame.
+var maxExpires = time.Unix(0, math.MaxInt64)
+
 // Verify checks a JWT's signature and claims and returns its identity:
 // Subject is "sub" (may be empty), Expires is "exp" plus the leeway (zero
 // without "exp"). The leeway applies to the whole life of the connection,
@@ -137,6 +143,9 @@ func (v *jwtVerifier) Verify(token string) (Identity, error) {
 	id := Identity{Subject: claims.Subject}
 	if claims.ExpiresAt != nil {
 		id.Expires = claims.ExpiresAt.Time.Add(v.leeway)
+		if id.Expires.After(maxExpires) {
+			return Identity{}, ErrExpOutOfRange
+		}
 	}
 	return id, nil
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/elliptic"
 	"encoding/base64"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -278,6 +279,37 @@ func TestJWTExpiresWithLeeway(t *testing.T) {
 			if accepted, alive := err == nil, at.Before(id.Expires); accepted != alive {
 				t.Fatalf("leeway %v, at Expires%+v: accepted %v but identity alive %v", tt.leeway, d, accepted, alive)
 			}
+		}
+	}
+}
+
+// TestJWTExpPastYear2262: an "exp" whose instant has no UnixNano is refused
+// at the upgrade; before, it was accepted and its expiry, wrapped into the
+// past by the loop's nanoseconds, closed the connection 4401 at its first
+// frame. The last representable instant itself is accepted.
+func TestJWTExpPastYear2262(t *testing.T) {
+	secret := []byte("a-32-byte-hmac-secret-for-tests!")
+	file := writeFile(t, t.TempDir(), "k", secret)
+	v, err := NewJWT(JWTConfig{HMACKeyFiles: []string{file}, Alg: "HS256", Leeway: -1, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := time.Unix(0, math.MaxInt64).Unix() // seconds: at or before the last nanosecond
+	for _, tt := range []struct {
+		exp  int64
+		want error
+	}{
+		{last, nil},
+		{last + 1, ErrExpOutOfRange},
+		{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), ErrExpOutOfRange},
+		{1 << 50, ErrExpOutOfRange},
+	} {
+		id, err := v.Verify(sign(t, jwt.SigningMethodHS256, secret, "", jwt.MapClaims{"sub": "s", "exp": tt.exp}))
+		if !errors.Is(err, tt.want) {
+			t.Fatalf("exp %d: %v, want %v", tt.exp, err, tt.want)
+		}
+		if err == nil && id.Expires.UnixNano() < now.UnixNano() {
+			t.Fatalf("exp %d: Expires %v wraps to %d ns", tt.exp, id.Expires, id.Expires.UnixNano())
 		}
 	}
 }

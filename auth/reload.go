@@ -33,13 +33,30 @@ func NewReloadable(load func() (Verifier, error)) (*Reloadable, error) {
 // in use and the error is returned for the caller to log. Tokens verified
 // before keep their identity. Safe for concurrent use with Verify and with
 // itself (concurrent reloads each swap in a complete verifier).
+//
+// A reload that would replace a verifier that accepts some token with one
+// that accepts none (a tokens file read while an editor or a script
+// rewrote it in place: truncated, not yet written) is refused the same way:
+// nobody gets locked out by a SIGHUP that came too early.
 func (r *Reloadable) Reload() error {
 	v, err := r.load()
 	if err != nil {
 		return err
 	}
+	if isEmpty(v) && !isEmpty(r.cur.Load().v) {
+		return ErrReloadEmpty
+	}
 	r.cur.Store(&holder{v})
 	return nil
+}
+
+// ErrReloadEmpty is Reload's error for a file that now holds no token.
+var ErrReloadEmpty = errors.New("auth: the reloaded file holds no token: kept the previous ones (restart edge to remove every token)")
+
+// isEmpty reports whether v says it accepts no token at all.
+func isEmpty(v Verifier) bool {
+	e, ok := v.(interface{ empty() bool })
+	return ok && e.empty()
 }
 
 // Verify verifies with the current verifier. Safe for concurrent use.

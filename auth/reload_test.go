@@ -281,3 +281,26 @@ func TestNoTokenNoVerification(t *testing.T) {
 		t.Fatalf("two tokens: the first member asked %d times, %d parsed; want 2 and 2", n0, p)
 	}
 }
+
+// TestReloadTokensEmptyKeepsPrevious: a SIGHUP that reads the tokens file
+// while it is rewritten in place (truncated, not yet written) keeps the
+// previous tokens; before, it loaded the empty set and every client got 401.
+func TestReloadTokensEmptyKeepsPrevious(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "tokens", []byte("alice tok-a\n"))
+	r, err := NewReloadable(func() (Verifier, error) { return LoadTokens(path) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, content := range []string{"", "# being rewritten\n", "\n\n"} {
+		writeFile(t, pathDir(path), "tokens", []byte(content))
+		if err := r.Reload(); !errors.Is(err, ErrReloadEmpty) {
+			t.Fatalf("reload of %q: %v, want ErrReloadEmpty", content, err)
+		}
+		mustSub(t, r, "tok-a", "alice")
+	}
+	writeFile(t, pathDir(path), "tokens", []byte("bob tok-b\n"))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, r, "tok-b", "bob")
+}

@@ -94,6 +94,10 @@ func (st *staticTokens) Verify(token string) (Identity, error) {
 	return Identity{Subject: st.entries[i].subject}, nil
 }
 
+// empty reports whether the file held no token (Reloadable refuses to
+// reload to it).
+func (st *staticTokens) empty() bool { return len(st.entries) == 0 }
+
 // add puts an entry at the head of its digest's chain. Used by LoadTokens
 // only.
 func (st *staticTokens) add(sum [sha256.Size]byte, subject string) {

@@ -43,8 +43,9 @@ func (c Code) Message() string {
 
 // AppendResult appends the success response
 // {"jsonrpc":"2.0","id":<id>,"result":<result>} (CONTRACT.md section 7) to dst.
-// id and result are raw JSON and are copied as they are; nil stands for null.
-// It does not allocate when dst has room. Safe for concurrent use.
+// id and result are raw JSON and are copied as they are; nil or empty stands
+// for null (an empty result, such as edge/echo's without params, is never
+// written as nothing). It does not allocate when dst has room. Safe for concurrent use.
 func AppendResult(dst, id, result []byte) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = appendRaw(dst, id)
@@ -159,9 +160,10 @@ func appendCode(dst []byte, code Code) []byte {
 	return strconv.AppendInt(dst, int64(code), 10)
 }
 
-// appendRaw appends a raw JSON value, or null when v is nil.
+// appendRaw appends a raw JSON value, or null when v is nil or empty (no
+// JSON value is empty).
 func appendRaw(dst, v []byte) []byte {
-	if v == nil {
+	if len(v) == 0 {
 		return append(dst, "null"...)
 	}
 	return append(dst, v...)

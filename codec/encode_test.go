@@ -101,6 +101,7 @@ func TestEncodeAppend(t *testing.T) {
 		{"result escaped id echoed raw", AppendResult(nil, []byte(`"a\u0062"`), []byte(`null`)),
 			`{"jsonrpc":"2.0","id":"a\u0062","result":null}`},
 		{"result nil is null", AppendResult(nil, []byte(`1`), nil), `{"jsonrpc":"2.0","id":1,"result":null}`},
+		{"result empty is null", AppendResult(nil, []byte(`1`), []byte{}), `{"jsonrpc":"2.0","id":1,"result":null}`},
 		{"result appends", AppendResult([]byte("x"), []byte(`1`), []byte(`2`)), `x{"jsonrpc":"2.0","id":1,"result":2}`},
 		{"parse error", AppendError(nil, nil, CodeParseError, CodeParseError.Message(), "", nil),
 			`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}`},

@@ -3,6 +3,7 @@ package rpc
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,35 @@ func TestMethodNotFoundLogged(t *testing.T) {
 	}
 	if got := logs.String(); !strings.Contains(got, `method="\"orders/list\""`) || !strings.Contains(got, "--profile jsonrpc") {
 		t.Fatalf("log %q: want the method and the reason naming --profile jsonrpc", got)
+	}
+}
+
+// TestBatchEchoWithoutParams: in a jsonrpc batch, edge/echo without params
+// answers null; the batched path wrote `"result":}` (invalid JSON).
+func TestBatchEchoWithoutParams(t *testing.T) {
+	pool := backend.NewPool(4, time.Minute)
+	t.Cleanup(pool.Close)
+	mem := backend.NewMemory()
+	srv, err := NewServer(Config{Handler: mem, NonBlocking: mem.NonBlocking, Pool: pool, Profile: ProfileJSONRPC,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &batchLoop{turn: srv.NewTurn()}
+	sink := &listSink{}
+	s := srv.NewSession(WebSocket, sink, l)
+	// A first call leaves its task, and the task's result buffer, for reuse.
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":[1]}`))
+	l.cut().Run()
+	l.apply()
+	s.HandleMessage([]byte(`[{"jsonrpc":"2.0","id":3,"method":"edge/echo"}]`))
+	l.cut().Run()
+	l.apply()
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":4,"method":"edge/echo"}`))
+	l.cut().Run()
+	l.apply()
+	want := []string{`{"jsonrpc":"2.0","id":1,"result":[1]}`, `[{"jsonrpc":"2.0","id":3,"result":null}]`, `{"jsonrpc":"2.0","id":4,"result":null}`}
+	if !slices.Equal(sink.msgs, want) {
+		t.Fatalf("answers %q, want %s", sink.msgs, want)
 	}
 }
