@@ -186,6 +186,30 @@ func (w *Worker) Running() int { return len(w.sem) }
 // for concurrent use.
 func (w *Worker) Taken() int64 { return w.taken.Load() }
 
+// logServing says "worker serving" once the worker can take calls: at
+// once when the connection is up, else when it first connects (a worker
+// started while its NATS server is unreachable says so instead, and retries).
+// The goroutine that waits ends with Serve.
+func (w *Worker) logServing() {
+	up := w.nc.StatusChanged(nats.CONNECTED)
+	if w.nc.IsConnected() {
+		w.nc.RemoveStatusListener(up)
+		w.cfg.Logger.Info("worker serving", "prefix", w.cfg.Prefix, "id", w.cfg.ID)
+		return
+	}
+	w.cfg.Logger.Warn("worker not serving: the NATS server is unreachable, connecting", "prefix", w.cfg.Prefix, "id", w.cfg.ID)
+	go func() {
+		defer w.nc.RemoveStatusListener(up)
+		select {
+		case <-up:
+			if w.nc.IsConnected() {
+				w.cfg.Logger.Info("worker serving", "prefix", w.cfg.Prefix, "id", w.cfg.ID)
+			}
+		case <-w.hard.Done(): // Serve returned
+		}
+	}()
+}
+
 // Serve takes calls until ctx ends, then drains (see the package doc) and
 // returns nil; or until the connection closes, when it cancels what runs and
 // returns ErrConnClosed once it has returned. Call it once.
@@ -221,16 +245,19 @@ func (w *Worker) Serve(ctx context.Context) error {
 	}
 	drained := make(chan struct{})
 	queue.SetClosedHandler(func(string) { w.taking.Store(false); close(drained) })
-	// The server has the subscriptions once Flush returns (unless the
-	// connection is down: they are sent when it comes up).
-	if err := w.nc.Flush(); err != nil && !w.nc.IsClosed() {
-		w.cfg.Logger.Warn("worker: flush", "err", err)
+	// The server has the subscriptions once Flush returns. While the
+	// connection is down they are sent when it comes up: no Flush, which
+	// would wait its whole timeout.
+	if w.nc.IsConnected() {
+		if err := w.nc.Flush(); err != nil && !w.nc.IsClosed() {
+			w.cfg.Logger.Warn("worker: flush", "err", err)
+		}
 	}
 	w.taking.Store(true)
-	w.cfg.Logger.Info("worker serving", "prefix", w.cfg.Prefix, "id", w.cfg.ID)
 	if w.nc.IsClosed() {
 		return w.abort()
 	}
+	w.logServing()
 	select {
 	case <-closed:
 		return w.abort()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -402,4 +404,73 @@ func TestEdgeGone(t *testing.T) {
 	poll.Until(t, timeout, "the edge's work to end", func() (bool, string) {
 		return f.w.Running() == 0 && f.mem.Waiting("g") == 0, fmt.Sprintf("%d running", f.w.Running())
 	})
+}
+
+// TestNotServingWhileNATSUnreachable: a worker started while its NATS server
+// is unreachable says so, not "worker serving" (which it said at once
+// before), and says "worker serving" once the server is up.
+func TestNotServingWhileNATSUnreachable(t *testing.T) {
+	addr := testgw.FreeAddr(t, "127.0.0.1")
+	nc, err := nats.Connect("nats://"+addr, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	logs := &testgw.Buffer{}
+	w, err := New(Config{Conn: nc, Prefix: "svc", Handler: backend.NewMemory(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(timeout):
+			t.Error("Serve did not return")
+		}
+	})
+	poll.Until(t, timeout, "the unreachable server logged", func() (bool, string) {
+		return strings.Contains(logs.String(), "NATS server is unreachable"), logs.String()
+	})
+	if strings.Contains(logs.String(), "worker serving") {
+		t.Fatalf("the worker says it serves with no NATS server:\n%s", logs)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testnats.StartPort(t, p)
+	poll.Until(t, timeout, "worker serving once NATS is up", func() (bool, string) {
+		return strings.Contains(logs.String(), "worker serving"), logs.String()
+	})
+}
+
+// TestServeEndsWhileNATSUnreachable: a worker that never reached its NATS
+// server returns from Serve and leaves no goroutine waiting for it (the
+// package's TestMain checks).
+func TestServeEndsWhileNATSUnreachable(t *testing.T) {
+	nc, err := nats.Connect("nats://"+testgw.FreeAddr(t, "127.0.0.1"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w, err := New(Config{Conn: nc, Prefix: "svc", Handler: backend.NewMemory(), DrainTimeout: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Serve(ctx) }()
+	poll.Until(t, timeout, "the worker to subscribe", func() (bool, string) { return w.Taking(), "not yet" })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		t.Fatal("Serve did not return")
+	}
 }
