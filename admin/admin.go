@@ -4,7 +4,7 @@
 //
 //	GET /healthz        200 "ok" while the process serves
 //	GET /readyz         200 when Config.Ready reports nothing, else 503 with the reasons as JSON
-//	/debug/pprof/       net/http/pprof, only with Config.Pprof
+//	/debug/pprof/       net/http/pprof, only with Config.Pprof (its cmdline with URL credentials masked)
 //
 // Other endpoints (/metrics, the dashboard at /) are added by whoever owns
 // them with Handle before Start. The package knows nothing of gnet, the
@@ -20,9 +20,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/openengine/edge/internal/redact"
 )
 
 // Timeouts of the admin HTTP server. No write timeout: a CPU profile or an
@@ -86,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 	s.Handle("GET /readyz", http.HandlerFunc(s.readyz))
 	if cfg.Pprof {
 		s.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index)) // also the named profiles: heap, goroutine, ...
-		s.Handle("/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+		s.Handle("/debug/pprof/cmdline", http.HandlerFunc(cmdline))
 		s.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
 		s.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
 		s.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
@@ -191,4 +195,14 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// cmdline answers as net/http/pprof's Cmdline does (the arguments separated
+// by NUL bytes), with the userinfo of every URL masked (CONTRACT.md section
+// 12): the command line carries --upstream and --nats as given, passwords
+// included.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, strings.Join(redact.Args(os.Args), "\x00"))
 }

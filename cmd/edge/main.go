@@ -342,8 +342,13 @@ func parseLevel(s string) (slog.Level, error) {
 
 // run wires the gateway from args (and the environment, and the --config
 // file) and serves until ctx is cancelled, then shuts down gracefully
-// (CONTRACT.md section 9).
+// (CONTRACT.md section 9). Its error shows no URL credentials (masked).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return masked(serve(ctx, args, stdin, stdout, stderr))
+}
+
+// serve is run, its error as it comes.
+func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "call", "subscribe":
@@ -362,7 +367,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	scrubEnv(environ)
 	o := cfg.opts
 	level, _ := parseLevel(o.logLevel)
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := newLogger(stderr, level)
 	o.upstream.Logger = logger
 	reg, ups, err := prepare(o)
 	if err != nil {
