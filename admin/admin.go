@@ -6,6 +6,8 @@
 //	GET /readyz         200 when Config.Ready reports nothing, else 503 with the reasons as JSON
 //	/debug/pprof/       net/http/pprof, only with Config.Pprof (its cmdline with URL credentials masked)
 //
+// With Config.Token every endpoint but /healthz requires the token (auth.go).
+//
 // Other endpoints (/metrics, the dashboard at /) are added by whoever owns
 // them with Handle before Start. The package knows nothing of gnet, the
 // sessions or the upstreams: what it reports comes in through Config.Ready.
@@ -51,6 +53,11 @@ type Config struct {
 	// Logger gets the listener's start and the HTTP server's own errors
 	// [discard].
 	Logger *slog.Logger
+	// Token, when set, returns the token every endpoint but /healthz
+	// requires (auth.go); it is called once per request, so it must be
+	// safe for concurrent use and may change between calls (a reload).
+	// [nil: no token]
+	Token func() []byte
 }
 
 // Server is the admin listener. Handlers are added with Handle before
@@ -80,8 +87,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), served: make(chan struct{})}
+	var h http.Handler = s.mux
+	if cfg.Token != nil {
+		h = requireToken(cfg.Token, h)
+	}
 	s.http = &http.Server{
-		Handler:           s.mux,
+		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),

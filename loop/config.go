@@ -142,7 +142,7 @@ func (c *Config) Validate() error {
 	if c.NDJSONListen != "" {
 		if host, _, err := net.SplitHostPort(c.NDJSONListen); err != nil {
 			errs = append(errs, fmt.Errorf("ndjson-listen %q: %v", c.NDJSONListen, err))
-		} else if !c.NDJSONInsecure && !loopbackHost(host) {
+		} else if !c.NDJSONInsecure && !LoopbackHost(host) {
 			errs = append(errs, fmt.Errorf("ndjson-listen %q: NDJSON over TCP has no authentication, so it serves loopback addresses only; add --ndjson-insecure to serve %q", c.NDJSONListen, host))
 		}
 	}
@@ -245,10 +245,12 @@ func (c *Config) tickInterval() time.Duration {
 	return max(10*time.Millisecond, min(d, time.Second))
 }
 
-// loopbackHost reports whether host (from host:port) names only loopback
+// LoopbackHost reports whether host (from host:port) names only loopback
 // addresses: "localhost", or an IP in 127.0.0.0/8 or ::1. An empty host (every
-// interface) is not.
-func loopbackHost(host string) bool {
+// interface) is not. The listeners without authentication of their own
+// (--ndjson-listen, --admin-listen) serve such hosts only unless told
+// otherwise.
+func LoopbackHost(host string) bool {
 	if host == "localhost" {
 		return true
 	}
