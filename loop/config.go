@@ -58,6 +58,12 @@ type Config struct {
 	// v1 or v2 header before the upgrade request, from a load balancer; the
 	// header gives the client's address (section 11.5). [false]
 	ProxyProtocol bool
+	// ProxyProtocolFrom are the peers (the load balancers) a PROXY header
+	// is trusted from; required with ProxyProtocol (0.0.0.0/0 and ::/0
+	// trust any). A connection from elsewhere is closed unanswered as it is
+	// accepted, counted rejected{reason="proxy_untrusted"} (proxy.go).
+	// [none]
+	ProxyProtocolFrom []netip.Prefix
 	// NDJSONInsecure lets NDJSONListen be an address other than loopback:
 	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
 	// section 11). [false]
@@ -145,6 +151,13 @@ func (c *Config) Validate() error {
 		} else if !c.NDJSONInsecure && !LoopbackHost(host) {
 			errs = append(errs, fmt.Errorf("ndjson-listen %q: NDJSON over TCP has no authentication, so it serves loopback addresses only; add --ndjson-insecure to serve %q", c.NDJSONListen, host))
 		}
+	}
+	switch {
+	case c.ProxyProtocol && len(c.ProxyProtocolFrom) == 0:
+		errs = append(errs, errors.New("proxy-protocol: the PROXY header names the client, so it is trusted only from the load balancer: "+
+			"give its address or CIDR with --proxy-protocol-from (repeatable), or write --proxy-protocol-from 0.0.0.0/0 (and ::/0 for IPv6 peers) to trust any peer"))
+	case !c.ProxyProtocol && len(c.ProxyProtocolFrom) > 0:
+		errs = append(errs, errors.New("proxy-protocol-from needs --proxy-protocol"))
 	}
 	for _, o := range c.AllowOrigins {
 		if o != "*" && !validOrigin(o) {

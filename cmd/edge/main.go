@@ -169,7 +169,12 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 		c.TrustedProxies = append(c.TrustedProxies, p)
 		return err
 	}}, "trusted-proxy", "`CIDR` (repeatable; an address alone is one host) of a proxy in front of edge: an upgrade from it takes the client's address from X-Forwarded-For (the rightmost hop outside every --trusted-proxy) for --max-conns-per-ip, edge/whoami and logs")
-	fs.BoolVar(&c.ProxyProtocol, "proxy-protocol", false, "the WebSocket listener requires a PROXY protocol v1 or v2 header (from a load balancer) before the upgrade; it gives the client's address; a connection without one is closed")
+	fs.BoolVar(&c.ProxyProtocol, "proxy-protocol", false, "the WebSocket listener requires a PROXY protocol v1 or v2 header (from a load balancer) before the upgrade; it gives the client's address; a connection without one is closed; needs --proxy-protocol-from")
+	fs.Var(&listFlag{add: func(s string) error {
+		p, err := parseTrustedProxy(s)
+		c.ProxyProtocolFrom = append(c.ProxyProtocolFrom, p)
+		return err
+	}}, "proxy-protocol-from", "`CIDR` (repeatable; an address alone is one host) of the load balancer sending --proxy-protocol headers: a connection from any other peer is closed unanswered (0.0.0.0/0 and ::/0 trust any peer)")
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
