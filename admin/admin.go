@@ -4,7 +4,9 @@
 //
 //	GET /healthz        200 "ok" while the process serves
 //	GET /readyz         200 when Config.Ready reports nothing, else 503 with the reasons as JSON
-//	/debug/pprof/       net/http/pprof, only with Config.Pprof
+//	/debug/pprof/       net/http/pprof, only with Config.Pprof (its cmdline with URL credentials masked)
+//
+// With Config.Token every endpoint but /healthz requires the token (auth.go).
 //
 // Other endpoints (/metrics, the dashboard at /) are added by whoever owns
 // them with Handle before Start. The package knows nothing of gnet, the
@@ -20,9 +22,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/openengine/edge/internal/redact"
 )
 
 // Timeouts of the admin HTTP server. No write timeout: a CPU profile or an
@@ -47,6 +53,11 @@ type Config struct {
 	// Logger gets the listener's start and the HTTP server's own errors
 	// [discard].
 	Logger *slog.Logger
+	// Token, when set, returns the token every endpoint but /healthz
+	// requires (auth.go); it is called once per request, so it must be
+	// safe for concurrent use and may change between calls (a reload).
+	// [nil: no token]
+	Token func() []byte
 }
 
 // Server is the admin listener. Handlers are added with Handle before
@@ -76,8 +87,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), served: make(chan struct{})}
+	var h http.Handler = s.mux
+	if cfg.Token != nil {
+		h = requireToken(cfg.Token, h)
+	}
 	s.http = &http.Server{
-		Handler:           s.mux,
+		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
@@ -86,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 	s.Handle("GET /readyz", http.HandlerFunc(s.readyz))
 	if cfg.Pprof {
 		s.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index)) // also the named profiles: heap, goroutine, ...
-		s.Handle("/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+		s.Handle("/debug/pprof/cmdline", http.HandlerFunc(cmdline))
 		s.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
 		s.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
 		s.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
@@ -191,4 +206,14 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// cmdline answers as net/http/pprof's Cmdline does (the arguments separated
+// by NUL bytes), with the userinfo of every URL masked (CONTRACT.md section
+// 12): the command line carries --upstream and --nats as given, passwords
+// included.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, strings.Join(redact.Args(os.Args), "\x00"))
 }

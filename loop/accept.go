@@ -108,6 +108,11 @@ func (a *acceptor) run() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			if err == nil && !a.srv.cfg.peerAllowed(a.proto, c.RemoteAddr()) {
+				_ = c.Close() // unanswered (proxy.go)
+				a.srv.offLoop[rejectProxyUntrusted].Add(1)
+				continue
+			}
 			if err == nil && a.hs != nil {
 				a.hs.offer(c) // the worker registers it (tls.go)
 				continue

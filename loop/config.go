@@ -58,6 +58,12 @@ type Config struct {
 	// v1 or v2 header before the upgrade request, from a load balancer; the
 	// header gives the client's address (section 11.5). [false]
 	ProxyProtocol bool
+	// ProxyProtocolFrom are the peers (the load balancers) a PROXY header
+	// is trusted from; required with ProxyProtocol (0.0.0.0/0 and ::/0
+	// trust any). A connection from elsewhere is closed unanswered as it is
+	// accepted, counted rejected{reason="proxy_untrusted"} (proxy.go).
+	// [none]
+	ProxyProtocolFrom []netip.Prefix
 	// NDJSONInsecure lets NDJSONListen be an address other than loopback:
 	// NDJSON over TCP has no handshake and no authentication (CONTRACT.md
 	// section 11). [false]
@@ -142,9 +148,16 @@ func (c *Config) Validate() error {
 	if c.NDJSONListen != "" {
 		if host, _, err := net.SplitHostPort(c.NDJSONListen); err != nil {
 			errs = append(errs, fmt.Errorf("ndjson-listen %q: %v", c.NDJSONListen, err))
-		} else if !c.NDJSONInsecure && !loopbackHost(host) {
+		} else if !c.NDJSONInsecure && !LoopbackHost(host) {
 			errs = append(errs, fmt.Errorf("ndjson-listen %q: NDJSON over TCP has no authentication, so it serves loopback addresses only; add --ndjson-insecure to serve %q", c.NDJSONListen, host))
 		}
+	}
+	switch {
+	case c.ProxyProtocol && len(c.ProxyProtocolFrom) == 0:
+		errs = append(errs, errors.New("proxy-protocol: the PROXY header names the client, so it is trusted only from the load balancer: "+
+			"give its address or CIDR with --proxy-protocol-from (repeatable), or write --proxy-protocol-from 0.0.0.0/0 (and ::/0 for IPv6 peers) to trust any peer"))
+	case !c.ProxyProtocol && len(c.ProxyProtocolFrom) > 0:
+		errs = append(errs, errors.New("proxy-protocol-from needs --proxy-protocol"))
 	}
 	for _, o := range c.AllowOrigins {
 		if o != "*" && !validOrigin(o) {
@@ -245,10 +258,12 @@ func (c *Config) tickInterval() time.Duration {
 	return max(10*time.Millisecond, min(d, time.Second))
 }
 
-// loopbackHost reports whether host (from host:port) names only loopback
+// LoopbackHost reports whether host (from host:port) names only loopback
 // addresses: "localhost", or an IP in 127.0.0.0/8 or ::1. An empty host (every
-// interface) is not.
-func loopbackHost(host string) bool {
+// interface) is not. The listeners without authentication of their own
+// (--ndjson-listen, --admin-listen) serve such hosts only unless told
+// otherwise.
+func LoopbackHost(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -94,8 +94,11 @@ func (w *conn) releaseLimits() {
 func (w *conn) overLimit() bool { return w.over }
 
 // trustedProxy reports whether a is a --trusted-proxy address.
-func (c *Config) trustedProxy(a netip.Addr) bool {
-	for _, p := range c.TrustedProxies {
+func (c *Config) trustedProxy(a netip.Addr) bool { return contains(c.TrustedProxies, a) }
+
+// contains reports whether a is in one of ps.
+func contains(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
 		if p.Contains(a) {
 			return true
 		}

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 
 	"github.com/openengine/edge/codec"
@@ -16,8 +17,12 @@ import (
 // header, or one over its bound (107 bytes for v1, --max-header-bytes for
 // v2), closes the connection without an answer (it may not be HTTP) and
 // counts rejected{reason="proxy_header"}; one that is slow is bounded by
-// --handshake-timeout like the upgrade. Every connection of the listener
-// must come from the balancer: the header is trusted as sent.
+// --handshake-timeout like the upgrade. The header is trusted as sent, so
+// only from the balancer: a connection whose TCP peer is outside every
+// --proxy-protocol-from CIDR is closed by the acceptor as soon as it is
+// accepted (peerAllowed), before a byte is read, a TLS handshake is started
+// or a descriptor is registered on a loop, and counts
+// rejected{reason="proxy_untrusted"}.
 //
 // With --trusted-proxy, a peer (or a PROXY header's source) in one of the
 // CIDRs is a proxy that forwards HTTP: its upgrade request's
@@ -70,4 +75,11 @@ func (w *conn) forwarded(r *codec.Request) {
 		client = a
 	}
 	w.countIP(client)
+}
+
+// peerAllowed reports whether a connection of listener p from peer may be
+// served: with --proxy-protocol, the WebSocket listener serves the
+// --proxy-protocol-from peers only. Safe for concurrent use (the acceptors).
+func (c *Config) peerAllowed(p proto, peer net.Addr) bool {
+	return p != protoWebSocket || !c.ProxyProtocol || contains(c.ProxyProtocolFrom, remoteAddr(peer).Addr())
 }

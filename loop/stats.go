@@ -39,6 +39,7 @@ const (
 	rejectTLSHandshake                          // the TLS handshake failed (tls.go); its timeouts count as handshake_timeout
 	rejectHandshakePoolFull                     // every TLS handshake worker was busy (--handshake-pool)
 	rejectProxyHeader                           // --proxy-protocol: no valid PROXY header first (CONTRACT.md section 11.5)
+	rejectProxyUntrusted                        // --proxy-protocol: a peer outside --proxy-protocol-from (CONTRACT.md section 11.5)
 	numRejectReasons
 )
 
@@ -62,6 +63,7 @@ var rejectReasons = [numRejectReasons]struct {
 	rejectTLSHandshake:      {"tls_handshake", 0},
 	rejectHandshakePoolFull: {"handshake_pool_full", 0},
 	rejectProxyHeader:       {"proxy_header", 0},
+	rejectProxyUntrusted:    {"proxy_untrusted", 0},
 }
 
 // rejectFor returns the reason answered with an HTTP status.

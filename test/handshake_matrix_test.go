@@ -179,7 +179,10 @@ func TestHandshakeMatrix(t *testing.T) {
 		c.loop.MaxConnsPerIP = 1
 		c.loop.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}
 	})
-	pp := startGateway(t, func(c *gwConfig) { c.loop.ProxyProtocol, c.loop.MaxConnsPerIP = true, 1 })
+	pp := startGateway(t, func(c *gwConfig) {
+		c.loop.ProxyProtocol, c.loop.MaxConnsPerIP = true, 1
+		c.loop.ProxyProtocolFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("127.0.0.2/32")}
+	})
 
 	rs := func(mod func(jwt.MapClaims)) string { return token(t, jwt.SigningMethodRS256, k.rsa, "", mod) }
 	bearer := func(tok string) []string { return []string{"Authorization: Bearer " + tok} }

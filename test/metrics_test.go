@@ -267,7 +267,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		add("edge_connections_rejected_total", 1, "reason="+r)
 	}
 	for _, r := range []string{"header_too_large", "upgrade_required", "handshake_timeout", "handshake_aborted", "origin", "limit",
-		"unauthorized", "draining", "accept_paused", "tls_handshake", "handshake_pool_full", "proxy_header"} {
+		"unauthorized", "draining", "accept_paused", "tls_handshake", "handshake_pool_full", "proxy_header", "proxy_untrusted"} {
 		add("edge_connections_rejected_total", 0, "reason="+r)
 	}
 	for code, n := range map[string]float64{"1000": 2, "1001": 0, "1002": 0, "1003": 0, "1006": 1, "1007": 0, "1008": 1, "1009": 1, "4401": 0, "other": 0} {

@@ -374,6 +374,7 @@ func TestWSSProxyProtocol(t *testing.T) {
 	gw := startGateway(t, func(c *gwConfig) {
 		c.loop.TLS = cert.ServerConfig()
 		c.loop.ProxyProtocol, c.loop.MaxConnsPerIP = true, 1
+		c.loop.ProxyProtocolFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
 	dial := func(src string) (*tls.Conn, error) {
 		raw, err := net.DialTimeout("tcp", gw.addr, readTimeout)

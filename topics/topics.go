@@ -41,6 +41,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/codec"
+	"github.com/openengine/edge/internal/redact"
 )
 
 // Defaults of Config.
@@ -60,7 +61,7 @@ const (
 
 // Config configures Topics.
 type Config struct {
-	URL    string // the NATS server, nats://HOST:PORT (required)
+	URL    string // the NATS server, nats://[USER:PASSWORD@]HOST:PORT (required); printed masked (redact.URLs)
 	Prefix string // subjects are <Prefix>.topic.<name> (default "edge")
 	// JetStream keeps the topics in the stream <Prefix>_topics (dots of
 	// the prefix become underscores), created if missing, with the limits
@@ -149,6 +150,7 @@ func ValidName(s string) bool {
 type Topics struct {
 	cfg    Config // immutable after New
 	stream string // immutable: JetStream stream name
+	shown  string // immutable: cfg.URL for logs and errors, its userinfo masked
 
 	mu      sync.Mutex
 	up      bool              // guarded by mu: connected (and the stream exists)
@@ -225,7 +227,7 @@ func New(cfg Config) (*Topics, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	return &Topics{cfg: cfg, stream: StreamName(cfg.Prefix),
+	return &Topics{cfg: cfg, stream: StreamName(cfg.Prefix), shown: redact.URLs(cfg.URL),
 		subs: make(map[uint64]*sub), topics: make(map[string]*topic),
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}, nil
 }
@@ -254,9 +256,9 @@ func (t *Topics) Opens() uint64 {
 // Describe names the NATS side for logs and /readyz.
 func (t *Topics) Describe() string {
 	if t.cfg.JetStream {
-		return "nats topics " + t.cfg.URL + " (JetStream stream " + t.stream + ")"
+		return "nats topics " + t.shown + " (JetStream stream " + t.stream + ")"
 	}
-	return "nats topics " + t.cfg.URL
+	return "nats topics " + t.shown
 }
 
 func (t *Topics) signal() {
@@ -507,7 +509,7 @@ func (t *Topics) fail() {
 // Start connects to NATS (nats.go keeps reconnecting) and starts the
 // writer. Close stops it.
 func (t *Topics) Start() error {
-	log := t.cfg.Logger.With("nats", t.cfg.URL)
+	log := t.cfg.Logger.With("nats", t.shown)
 	ready := make(chan struct{}, 1)
 	up := func(*nats.Conn) {
 		select {
@@ -544,13 +546,13 @@ func (t *Topics) Start() error {
 		}),
 	)
 	if err != nil {
-		return fmt.Errorf("nats %s: %w", t.cfg.URL, err)
+		return fmt.Errorf("nats %s: %w", t.shown, err)
 	}
 	t.nc = nc
 	if t.cfg.JetStream {
 		if t.js, err = jetstream.New(nc); err != nil {
 			nc.Close()
-			return fmt.Errorf("nats %s: %w", t.cfg.URL, err)
+			return fmt.Errorf("nats %s: %w", t.shown, err)
 		}
 	}
 	if nc.IsConnected() {

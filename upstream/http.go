@@ -19,7 +19,8 @@ import (
 // A replica whose requests fail at the transport is skipped for a back-off.
 type httpReplica struct {
 	u      *Upstream
-	url    string
+	url    string // as given: dialled, never printed
+	desc   string // url for logs, its userinfo masked
 	client *http.Client
 
 	calls sync.WaitGroup // the calls' goroutines
@@ -34,8 +35,9 @@ type httpReplica struct {
 
 func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
 	return &httpReplica{
-		u:   u,
-		url: r.URL,
+		u:    u,
+		url:  r.URL,
+		desc: r.String(),
 		client: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: max(u.cfg.Conns, 64),
 			IdleConnTimeout:     90 * time.Second,
@@ -111,7 +113,7 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	h.ok()
 	if len(data) > h.u.cfg.MaxMessageBytes {
 		h.u.dropped.Add(1)
-		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropTooLong)
+		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.desc, "why", dropTooLong)
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
@@ -120,7 +122,7 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	got, idOK := codec.ParseUint(idTok)
 	if !ok || !idOK || got != id || (result == nil) == (errObj == nil) {
 		h.u.dropped.Add(1)
-		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropBadJSON, "status", res.StatusCode)
+		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.desc, "why", dropBadJSON, "status", res.StatusCode)
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
@@ -139,7 +141,7 @@ func (h *httpReplica) failed() {
 	h.fails++
 	if !h.wasDown {
 		h.wasDown = true
-		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.url)
+		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.desc)
 	}
 }
 
@@ -149,7 +151,7 @@ func (h *httpReplica) ok() {
 	h.fails = 0
 	if h.wasDown {
 		h.wasDown = false
-		h.u.log.Info("upstream connected", "upstream", h.u.name, "conn", h.url)
+		h.u.log.Info("upstream connected", "upstream", h.u.name, "conn", h.desc)
 	}
 }
 

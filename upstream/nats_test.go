@@ -20,6 +20,8 @@ func TestParseNATSURL(t *testing.T) {
 	}{
 		{name: "plain", url: "nats://127.0.0.1:4222/svc", addr: "nats://127.0.0.1:4222", prefix: "svc"},
 		{name: "dotted prefix", url: "nats://h:1/a.b", addr: "nats://h:1", prefix: "a.b"},
+		{name: "user and password", url: "nats://u:p%40ss@h:1/svc", addr: "nats://u:p%40ss@h:1", prefix: "svc"},
+		{name: "token", url: "nats://t0k3n@h:1/svc", addr: "nats://t0k3n@h:1", prefix: "svc"},
 		{name: "no prefix", url: "nats://h:1", err: "PREFIX"},
 		{name: "slash prefix", url: "nats://h:1/", err: "PREFIX"},
 		{name: "wildcard", url: "nats://h:1/a.*", err: "PREFIX"},

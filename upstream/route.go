@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/redact"
 )
 
 // Memory is the route target of the embedded memory backend.
@@ -55,10 +56,10 @@ type Spec struct {
 func ParseSpec(s string) (Spec, error) {
 	n, u, ok := strings.Cut(s, "=")
 	if !ok || n == "" || u == "" {
-		return Spec{}, fmt.Errorf("upstream %q: want NAME=URL", s)
+		return Spec{}, fmt.Errorf("upstream %q: want NAME=URL", redact.URLs(s))
 	}
 	if n == Memory {
-		return Spec{}, fmt.Errorf("upstream %q: the name %q is the embedded backend's", s, Memory)
+		return Spec{}, fmt.Errorf("upstream %q: the name %q is the embedded backend's", redact.URLs(s), Memory)
 	}
 	return Spec{Name: n, URL: u}, nil
 }

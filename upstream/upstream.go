@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/redact"
 )
 
 // Config configures the upstreams. Zero values mean the defaults.
@@ -129,29 +130,41 @@ func (k Kind) String() string {
 // Replica is one parsed --upstream URL.
 type Replica struct {
 	Kind Kind
-	URL  string   // as given
+	URL  string   // as given, credentials included: dialled, never printed (String)
 	Argv []string // exec: the command and its arguments
-	Addr string   // tcp: host:port; nats: nats://host:port
+	Addr string   // tcp: host:port; nats: nats://[userinfo@]host:port, never printed
 	// Prefix is a nats replica's subject prefix and queue group.
 	Prefix string
 }
 
-// ParseURL parses the URL of an --upstream flag.
-func ParseURL(s string) (Replica, error) {
+// String is the replica's URL for display: its userinfo masked
+// (redact.URLs), for logs, errors and `edge config` (CONTRACT.md section 12).
+func (r Replica) String() string { return redact.URLs(r.URL) }
+
+// ParseURL parses the URL of an --upstream flag. Its errors show the URL
+// with its userinfo masked.
+func ParseURL(raw string) (Replica, error) {
+	s := redact.URLs(raw) // for the errors
 	switch {
-	case strings.HasPrefix(s, "exec:"):
-		argv, err := splitWords(strings.TrimPrefix(s, "exec:"))
+	case strings.HasPrefix(raw, "exec:"):
+		argv, err := splitWords(strings.TrimPrefix(raw, "exec:"))
 		if err != nil {
 			return Replica{}, fmt.Errorf("%q: %w", s, err)
 		}
 		if len(argv) == 0 {
 			return Replica{}, fmt.Errorf("%q: no command", s)
 		}
-		return Replica{Kind: Exec, URL: s, Argv: argv}, nil
+		return Replica{Kind: Exec, URL: raw, Argv: argv}, nil
 	}
-	u, err := url.Parse(s)
+	u, err := url.Parse(raw)
 	if err != nil {
-		return Replica{}, err
+		// url.Error quotes the URL as given, and its cause may quote a
+		// piece of the userinfo (`invalid port ":pass" after host`).
+		var ue *url.Error
+		if !errors.As(err, &ue) || strings.Contains(raw, "@") {
+			return Replica{}, fmt.Errorf("%q: not a valid URL", s)
+		}
+		return Replica{}, fmt.Errorf("%q: %w", s, ue.Err)
 	}
 	if u.Host == "" || u.Port() == "" {
 		return Replica{}, fmt.Errorf("%q: want HOST:PORT", s)
@@ -161,17 +174,20 @@ func ParseURL(s string) (Replica, error) {
 		if u.Path != "" && u.Path != "/" {
 			return Replica{}, fmt.Errorf("%q: a tcp upstream has no path", s)
 		}
-		return Replica{Kind: TCP, URL: s, Addr: u.Host}, nil
+		return Replica{Kind: TCP, URL: raw, Addr: u.Host}, nil
 	case "ws":
-		return Replica{Kind: WebSocket, URL: s, Addr: u.Host}, nil
+		return Replica{Kind: WebSocket, URL: raw, Addr: u.Host}, nil
 	case "http":
-		return Replica{Kind: HTTP, URL: s, Addr: u.Host}, nil
+		return Replica{Kind: HTTP, URL: raw, Addr: u.Host}, nil
 	case "nats":
 		prefix := strings.TrimPrefix(u.Path, "/")
 		if !validToken(prefix) || strings.ContainsAny(prefix, "/") || u.RawQuery != "" {
 			return Replica{}, fmt.Errorf("%q: want nats://HOST:PORT/PREFIX, PREFIX a NATS subject without wildcards", s)
 		}
-		return Replica{Kind: NATS, URL: s, Addr: "nats://" + u.Host, Prefix: prefix}, nil
+		// The server's URL without the prefix; its userinfo, if any, is
+		// how nats.go authenticates (user and password, or a token).
+		srv := url.URL{Scheme: "nats", User: u.User, Host: u.Host}
+		return Replica{Kind: NATS, URL: raw, Addr: srv.String(), Prefix: prefix}, nil
 	}
 	return Replica{}, fmt.Errorf("%q: want exec:, tcp://, ws:// or http://, or nats://HOST:PORT/PREFIX", s)
 }
@@ -239,17 +255,17 @@ func New(name string, replicas []Replica, cfg Config) *Upstream {
 		case HTTP:
 			u.http = append(u.http, newHTTPReplica(u, r))
 		case Exec:
-			u.addLink(r, r.URL)
+			u.addLink(r, r.String())
 		case NATS:
 			// One nats.go connection per replica: it multiplexes every
 			// call, and reconnects by itself.
-			l := newLink(u, r.URL, nil, false)
+			l := newLink(u, r.String(), nil, false)
 			l.nats = &natsLink{prefix: r.Prefix, inbox: nats.NewInbox()}
 			u.links = append(u.links, l)
 			u.sups = append(u.sups, &natsSupervisor{u: u, l: l, r: r})
 		default:
 			for i := range cfg.Conns {
-				u.addLink(r, fmt.Sprintf("%s#%d", r.URL, i+1))
+				u.addLink(r, fmt.Sprintf("%s#%d", r, i+1))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -51,6 +52,48 @@ func TestParseURL(t *testing.T) {
 				t.Fatalf("ParseURL(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestReplicaCredentialsMasked: a replica's URL keeps its userinfo for the
+// dial, but String and ParseURL's errors, which reach logs and stderr, show
+// it masked (CONTRACT.md section 12).
+func TestReplicaCredentialsMasked(t *testing.T) {
+	for _, tt := range []struct{ in, shown string }{
+		{"ws://u:hunter2@h:80/rpc", "ws://u:***@h:80/rpc"},
+		{"http://u:hunter2@h:80/rpc", "http://u:***@h:80/rpc"},
+		{"tcp://u:hunter2@h:80", "tcp://u:***@h:80"},
+		{"nats://u:hunter2@h:4222/p", "nats://u:***@h:4222/p"},
+		{"nats://hunter2@h:4222/p", "nats://***@h:4222/p"},
+	} {
+		r, err := ParseURL(tt.in)
+		if err != nil {
+			t.Fatalf("ParseURL(%q): %v", tt.in, err)
+		}
+		if r.URL != tt.in {
+			t.Errorf("ParseURL(%q).URL = %q, want it as given", tt.in, r.URL)
+		}
+		if got := r.String(); got != tt.shown {
+			t.Errorf("ParseURL(%q).String() = %q, want %q", tt.in, got, tt.shown)
+		}
+		if got := fmt.Sprintf("%v %+v", r, r); strings.Contains(got, "hunter2") {
+			t.Errorf("formatted replica shows the password: %s", got)
+		}
+	}
+	for _, in := range []string{"ws://u:hunter2@h:1/%zz", "ftp://u:hunter2@h:1/", "ws://u:hunter2@h/", "tcp://u:hunter2@h:1/x",
+		"nats://u:hunter2@h:1/a.*", "nats://u:hunt/er2@h:1/p"} {
+		_, err := ParseURL(in)
+		if err == nil {
+			t.Fatalf("ParseURL(%q): no error", in)
+		}
+		if strings.Contains(err.Error(), "hunt") || !strings.Contains(err.Error(), "u:***@") {
+			t.Errorf("ParseURL(%q): error %q shows the password or no masked URL", in, err)
+		}
+	}
+	for _, in := range []string{"ws://u:hunter2@h:1/", "memory=ws://u:hunter2@h:1/"} {
+		if _, err := ParseSpec(in); err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("ParseSpec(%q): error %v, want one without the password", in, err)
+		}
 	}
 }
 

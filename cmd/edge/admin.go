@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -102,12 +104,21 @@ func startAdmin(o *options, logger *slog.Logger, ready *readiness, pages map[str
 	if o.adminListen == "" {
 		return nil, nil
 	}
-	adm, err := admin.New(admin.Config{
+	cfg := admin.Config{
 		Listen: o.adminListen,
 		Pprof:  o.adminPprof,
 		Ready:  ready.reasons,
 		Logger: logger,
-	})
+	}
+	access := "open (a loopback address)"
+	switch {
+	case o.adminToken != nil:
+		cfg.Token = o.adminToken.get
+		access = "token (--admin-token): every endpoint but /healthz"
+	case o.adminInsecure:
+		access = "open to the network (--admin-insecure)"
+	}
+	adm, err := admin.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +129,7 @@ func startAdmin(o *options, logger *slog.Logger, ready *readiness, pages map[str
 		return nil, fmt.Errorf("admin-listen: %w", err)
 	}
 	addr := adm.Addr().String()
-	logger.Info("admin listening", "addr", addr, "url", "http://"+addr+"/", "endpoints", strings.Join(adm.Patterns(), " "))
+	logger.Info("admin listening", "addr", addr, "url", "http://"+addr+"/", "endpoints", strings.Join(adm.Patterns(), " "), "access", access)
 	return adm, nil
 }
 
@@ -134,3 +145,48 @@ func stopAdmin(adm *admin.Server, logger *slog.Logger) {
 		logger.Warn("admin listener: requests cut short", "err", err)
 	}
 }
+
+// minAdminToken is the shortest --admin-token accepted, in bytes: a token
+// is a secret to guess, not a password to remember.
+const minAdminToken = 16
+
+// adminToken is the token of --admin-token (CONTRACT.md section 12), read
+// from its file at start-up and again on SIGHUP.
+type adminToken struct {
+	path string                 // immutable
+	tok  atomic.Pointer[[]byte] // the token in force
+}
+
+// loadAdminToken reads the token of path.
+func loadAdminToken(path string) (*adminToken, error) {
+	t := &adminToken{path: path}
+	if err := t.Reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Reload reads the file again; a file that fails to load keeps the token
+// in force. The error never holds the file's content. Safe for concurrent
+// use.
+func (t *adminToken) Reload() error {
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return fmt.Errorf("admin-token: %w", err)
+	}
+	tok := bytes.TrimSpace(b)
+	switch {
+	case len(tok) == 0:
+		return fmt.Errorf("admin-token %s: the file is empty", t.path)
+	case bytes.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fmt.Errorf("admin-token %s: want one token on one line, without spaces or control characters", t.path)
+	case len(tok) < minAdminToken:
+		return fmt.Errorf("admin-token %s: the token is %d bytes, want at least %d (openssl rand -hex 32 > %s)", t.path, len(tok), minAdminToken, t.path)
+	}
+	t.tok.Store(&tok)
+	return nil
+}
+
+// get returns the token in force (admin.Config.Token). Safe for
+// concurrent use.
+func (t *adminToken) get() []byte { return *t.tok.Load() }

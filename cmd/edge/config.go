@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/openengine/edge/internal/redact"
 )
 
 // envPrefix starts the name of every environment variable edge reads.
@@ -172,7 +174,7 @@ func (c *config) applyEnv(environ []string) []error {
 			values = doc.V
 		}
 		if err := set(f, values); err != nil {
-			errs = append(errs, fmt.Errorf("environment variable %s=%q: bad value for --%s: %v", k, v, name, err))
+			errs = append(errs, fmt.Errorf("environment variable %s=%q: bad value for --%s: %v", k, redact.URLs(v), name, err))
 			continue
 		}
 		c.from[name] = k
@@ -221,7 +223,7 @@ func (c *config) applyFile(path string) []error {
 			continue
 		}
 		if err := set(f, values); err != nil {
-			errs = append(errs, fmt.Errorf("config %s: key %q = %s: %v", path, name, tomlText(v), err))
+			errs = append(errs, fmt.Errorf("config %s: key %q = %s: %v", path, name, redact.URLs(tomlText(v)), err))
 			continue
 		}
 		c.from[name] = path
@@ -332,7 +334,9 @@ func (c *config) annotate(err error) error {
 
 // writeTOML writes every flag with its effective value as TOML, valid as a
 // --config file, each followed by where the value came from when not the
-// default. Secrets are printed as "<redacted>" (an empty one as "").
+// default. Secrets are printed as "<redacted>" (an empty one as ""), and the
+// userinfo of every URL in a value (--upstream, --nats) as USER:***@
+// (CONTRACT.md section 12).
 func (c *config) writeTOML(w io.Writer) error {
 	var b bytes.Buffer
 	b.WriteString("# The effective configuration of edge: every flag with its value. Precedence:\n" +
@@ -351,10 +355,10 @@ func (c *config) writeTOML(w io.Writer) error {
 		switch x := v.(type) {
 		case time.Duration:
 			v = x.String()
+		case string:
+			v = redact.URLs(x) // --nats nats://u:***@host
 		case []string:
-			if x == nil {
-				v = []string{}
-			}
+			v = redact.Args(x) // --upstream a=ws://u:***@host/; never nil
 		}
 		if c.secret[f.Name] && f.Value.String() != "" {
 			v = redacted

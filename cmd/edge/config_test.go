@@ -407,6 +407,7 @@ func TestConfigExitStatus(t *testing.T) {
 		{"unknown variable", []string{"--listen", "127.0.0.1:0"}, []string{"EDGE_LISTEN_ADDR=127.0.0.1:0"}, 2, []string{"unknown environment variable EDGE_LISTEN_ADDR"}},
 		{"bad value", nil, []string{"EDGE_PING_INTERVAL=often"}, 2, []string{"EDGE_PING_INTERVAL", "want a duration"}},
 		{"edge config, invalid", []string{"config", "--config", file}, nil, 2, []string{`unknown key "max-con-tasks"`}},
+		{"admin on every interface", []string{"config", "--admin-listen", "0.0.0.0:0"}, nil, 2, []string{"--admin-token FILE", "--admin-insecure"}},
 		{"edge config, valid", []string{"config"}, []string{"EDGE_MAX_TASKS=9"}, 0, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

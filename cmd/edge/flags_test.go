@@ -127,13 +127,13 @@ func TestNDJSONListenLoopbackOnly(t *testing.T) {
 // CIDR is an error naming the flag.
 func TestClientAddressFlags(t *testing.T) {
 	cfg, err := loadConfig([]string{"--trusted-proxy", "10.1.2.3/8", "--trusted-proxy", "2001:db8::1"},
-		[]string{"EDGE_PROXY_PROTOCOL=true"}, io.Discard)
+		[]string{"EDGE_PROXY_PROTOCOL=true", "EDGE_PROXY_PROTOCOL_FROM=10.0.0.5"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cfg.opts.loop
 	got := fmt.Sprint(c.TrustedProxies)
-	if got != "[10.0.0.0/8 2001:db8::1/128]" || !c.ProxyProtocol {
+	if got != "[10.0.0.0/8 2001:db8::1/128]" || !c.ProxyProtocol || fmt.Sprint(c.ProxyProtocolFrom) != "[10.0.0.5/32]" {
 		t.Fatalf("trusted proxies %s, proxy protocol %v", got, c.ProxyProtocol)
 	}
 	cfg, err = loadConfig(nil, []string{`EDGE_TRUSTED_PROXY=["192.0.2.0/24", "198.51.100.7"]`}, io.Discard)
@@ -146,5 +146,33 @@ func TestClientAddressFlags(t *testing.T) {
 	_, err = loadConfig([]string{"--trusted-proxy", "10.0.0.0/33"}, nil, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "trusted-proxy") || !strings.Contains(err.Error(), "CIDR") {
 		t.Fatalf("bad CIDR: %v", err)
+	}
+	_, err = loadConfig([]string{"--proxy-protocol", "--proxy-protocol-from", "10.0.0.0/33"}, nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "proxy-protocol-from") || !strings.Contains(err.Error(), "CIDR") {
+		t.Fatalf("bad --proxy-protocol-from CIDR: %v", err)
+	}
+}
+
+// TestProxyProtocolNeedsFrom: --proxy-protocol without --proxy-protocol-from
+// is refused, saying how to trust any peer; with it, or with 0.0.0.0/0
+// written out, it loads; --proxy-protocol-from alone is refused too. On the
+// old code --proxy-protocol alone loaded (and trusted every peer).
+func TestProxyProtocolNeedsFrom(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // "" when it loads
+	}{
+		{[]string{"--proxy-protocol"}, "--proxy-protocol-from 0.0.0.0/0"},
+		{[]string{"--proxy-protocol-from", "10.0.0.5"}, "proxy-protocol-from needs --proxy-protocol"},
+		{[]string{"--proxy-protocol", "--proxy-protocol-from", "10.0.0.0/8"}, ""},
+		{[]string{"--proxy-protocol", "--proxy-protocol-from", "0.0.0.0/0", "--proxy-protocol-from", "::/0"}, ""},
+	} {
+		_, err := loadConfig(tt.args, nil, io.Discard)
+		if tt.want == "" && err != nil {
+			t.Errorf("edge %q: %v", tt.args, err)
+		}
+		if tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("edge %q: error %v, want one saying %q", tt.args, err, tt.want)
+		}
 	}
 }

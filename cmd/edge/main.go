@@ -76,9 +76,13 @@ type options struct {
 	// certificate. Loaded by prepare.
 	reloaders []interface{ Reload() error }
 
-	configFile  string // --config: the TOML file read under the environment
-	adminListen string
-	adminPprof  bool
+	configFile    string // --config: the TOML file read under the environment
+	adminListen   string
+	adminPprof    bool
+	adminInsecure bool   // --admin-insecure
+	adminTokens   string // --admin-token: the file
+	// adminToken is --admin-token's token, loaded by prepare (admin.go).
+	adminToken *adminToken
 }
 
 // listFlag collects a repeatable flag. From the environment or the --config
@@ -131,7 +135,9 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.configFile, "config", "", "read flags from this TOML `file` (keys are the flag names; the command line and EDGE_* variables win over it)")
 	fs.StringVar(&c.Listen, "listen", loop.DefaultListen, "WebSocket listen address `host:port`")
 	fs.StringVar(&c.NDJSONListen, "ndjson-listen", "", "also serve NDJSON over TCP on `host:port` (off when empty)")
-	fs.StringVar(&o.adminListen, "admin-listen", "", "serve /healthz and /readyz over plain HTTP on this admin `host:port` (off when empty; keep it on loopback or a private network)")
+	fs.StringVar(&o.adminListen, "admin-listen", "", "serve /healthz, /readyz, /metrics and the dashboard over plain HTTP on this admin `host:port` (off when empty); a non-loopback address needs --admin-token or --admin-insecure")
+	fs.StringVar(&o.adminTokens, "admin-token", "", "`FILE` holding a token (at least 16 bytes) that every admin endpoint but /healthz requires: Authorization: Bearer TOKEN (a browser: any user name, TOKEN as the password); SIGHUP reloads it")
+	fs.BoolVar(&o.adminInsecure, "admin-insecure", false, "let --admin-listen serve a non-loopback address without --admin-token (anyone who reaches it sees metrics, the dashboard and, with --admin-pprof, profiles)")
 	fs.BoolVar(&o.adminPprof, "admin-pprof", false, "also serve net/http/pprof under /debug/pprof/ on the admin listener")
 	fs.BoolVar(&o.stdio, "stdio", false, "serve one NDJSON session on stdin/stdout instead of listening (logs go to stderr)")
 	fs.StringVar(&c.WSPath, "ws-path", loop.DefaultWSPath, "the HTTP path that upgrades to WebSocket; other paths get 404")
@@ -167,7 +173,12 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 		c.TrustedProxies = append(c.TrustedProxies, p)
 		return err
 	}}, "trusted-proxy", "`CIDR` (repeatable; an address alone is one host) of a proxy in front of edge: an upgrade from it takes the client's address from X-Forwarded-For (the rightmost hop outside every --trusted-proxy) for --max-conns-per-ip, edge/whoami and logs")
-	fs.BoolVar(&c.ProxyProtocol, "proxy-protocol", false, "the WebSocket listener requires a PROXY protocol v1 or v2 header (from a load balancer) before the upgrade; it gives the client's address; a connection without one is closed")
+	fs.BoolVar(&c.ProxyProtocol, "proxy-protocol", false, "the WebSocket listener requires a PROXY protocol v1 or v2 header (from a load balancer) before the upgrade; it gives the client's address; a connection without one is closed; needs --proxy-protocol-from")
+	fs.Var(&listFlag{add: func(s string) error {
+		p, err := parseTrustedProxy(s)
+		c.ProxyProtocolFrom = append(c.ProxyProtocolFrom, p)
+		return err
+	}}, "proxy-protocol-from", "`CIDR` (repeatable; an address alone is one host) of the load balancer sending --proxy-protocol headers: a connection from any other peer is closed unanswered (0.0.0.0/0 and ::/0 trust any peer)")
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
@@ -323,10 +334,18 @@ func (o *options) checkAdmin() []error {
 		if o.adminPprof {
 			errs = append(errs, errors.New("--admin-pprof needs --admin-listen"))
 		}
+		if o.adminTokens != "" {
+			errs = append(errs, errors.New("--admin-token needs --admin-listen"))
+		}
 		return errs
 	}
-	if _, _, err := net.SplitHostPort(a); err != nil {
+	host, _, err := net.SplitHostPort(a)
+	if err != nil {
 		return append(errs, fmt.Errorf("admin-listen %q: %v", a, err))
+	}
+	if !loop.LoopbackHost(host) && o.adminTokens == "" && !o.adminInsecure {
+		errs = append(errs, fmt.Errorf("admin-listen %q: %q is not a loopback address, and the admin endpoints have no authentication of their own: "+
+			"give --admin-token FILE (a token every endpoint but /healthz then requires), or --admin-insecure to serve them to anyone who can reach %q", a, host, host))
 	}
 	for _, d := range []struct{ name, addr string }{{"listen", o.loop.Listen}, {"ndjson-listen", o.loop.NDJSONListen}} {
 		if d.addr != "" && a == d.addr && !strings.HasSuffix(a, ":0") {
@@ -346,8 +365,13 @@ func parseLevel(s string) (slog.Level, error) {
 
 // run wires the gateway from args (and the environment, and the --config
 // file) and serves until ctx is cancelled, then shuts down gracefully
-// (CONTRACT.md section 9).
+// (CONTRACT.md section 9). Its error shows no URL credentials (masked).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return masked(serve(ctx, args, stdin, stdout, stderr))
+}
+
+// serve is run, its error as it comes.
+func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "call", "subscribe":
@@ -376,7 +400,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	scrubEnv(environ)
 	o := cfg.opts
 	level, _ := parseLevel(o.logLevel)
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := newLogger(stderr, level)
 	o.upstream.Logger = logger
 	reg, ups, err := prepare(o)
 	if err != nil {
@@ -527,6 +551,14 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 	}
 	if err := loadTLS(o); err != nil {
 		return nil, nil, err
+	}
+	if o.adminTokens != "" {
+		t, err := loadAdminToken(o.adminTokens)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.adminToken = t
+		o.reloaders = append(o.reloaders, t)
 	}
 	return reg, ups, nil
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,7 +71,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errors.Join(errs...)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := newLogger(stderr, level)
 	cfg.Logger = logger
 	nc, err := nats.Connect(*url,
 		nats.Name("edge worker "+*prefix),

@@ -36,6 +36,9 @@ type Config struct {
 	// (a t.TempDir()); a server restarted on the same dir finds its
 	// streams again.
 	StoreDir string
+	// User and Password, when set, are required of every client
+	// (nats://USER:PASSWORD@HOST:PORT).
+	User, Password string
 }
 
 // StartWith is Start with cfg.
@@ -48,6 +51,7 @@ func StartWith(t testing.TB, cfg Config) *server.Server {
 	if cfg.StoreDir != "" {
 		opts.JetStream, opts.StoreDir = true, cfg.StoreDir
 	}
+	opts.Username, opts.Password = cfg.User, cfg.Password
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
