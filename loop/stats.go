@@ -37,7 +37,7 @@ const (
 	rejectDraining                              // the server is shutting down
 	rejectAcceptPaused                          // the acceptor paused for want of descriptors or memory (accept.go)
 	rejectTLSHandshake                          // the TLS handshake failed (tls.go); its timeouts count as handshake_timeout
-	rejectHandshakePoolFull                     // every TLS handshake worker was busy (--handshake-pool)
+	rejectHandshakePoolFull                     // every TLS handshake worker was busy and the queue full (--handshake-pool, --handshake-queue)
 	rejectProxyHeader                           // --proxy-protocol: no valid PROXY header first (CONTRACT.md section 11.5)
 	numRejectReasons
 )

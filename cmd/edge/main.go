@@ -155,7 +155,9 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&c.AuthQueryParam, "auth-query-param", "", "also take the bearer token from this query parameter (browsers cannot set headers on a WebSocket); never logged")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain `FILE`: with --tls-key, the WebSocket listener serves wss:// (TLS 1.2 and later, Go's crypto/tls); SIGHUP reloads it")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
-	fs.IntVar(&c.HandshakePool, "handshake-pool", loop.DefaultHandshakePool(), "TLS handshakes run at once, off the event loops; a connection accepted while all are busy is closed, not queued")
+	fs.IntVar(&c.HandshakePool, "handshake-pool", loop.DefaultHandshakePool(), "TLS handshakes run at once, off the event loops; a ClientHello that finds every worker busy waits in the --handshake-queue")
+	fs.IntVar(&c.HandshakeQueue, "handshake-queue", loop.DefaultHandshakeQueue, "TLS handshakes that may wait for a --handshake-pool worker; beyond it the connection is closed at once")
+	fs.DurationVar(&c.HandshakeSilentTimeout, "handshake-silent-timeout", loop.DefaultHandshakeSilentTimeout, "time from accept to a wss:// client's first bytes (its ClientHello; after the PROXY header with --proxy-protocol); a client that started its handshake has --handshake-timeout")
 	fs.IntVar(&c.MaxConns, "max-conns", loop.DefaultMaxConns(), "connections open at once; an upgrade beyond it gets 503 with Retry-After: 1 (default: the open-file limit minus 128)")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "connections open at once from one client address; beyond it 503 (0: no limit)")
 	fs.Var(&listFlag{add: func(s string) error {
