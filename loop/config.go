@@ -121,6 +121,9 @@ type Config struct {
 	Echo bool
 	// Logger receives the gateway's logs [slog.Default()].
 	Logger *slog.Logger
+	// LogDropped, when set, reports the log lines the process dropped
+	// (LogWriter.Dropped), for Stats.LogDropped. [nil: 0]
+	LogDropped func() uint64
 }
 
 // Defaults (CONTRACT.md sections 1 and 9).

@@ -167,6 +167,9 @@ type Stats struct {
 	// Stale is the number of loops that did not answer in time; their
 	// counters are as of their previous snapshot.
 	Stale int
+	// LogDropped counts the log lines dropped because the log output did
+	// not keep up (Config.LogDropped, LogWriter).
+	LogDropped uint64
 }
 
 // Counters implements rpc.CountingPoster. Safe for concurrent use (the
@@ -229,6 +232,9 @@ wait:
 		}
 	}
 	st := Stats{Stale: len(ls) - answered, Paused: s.paused.Load()}
+	if s.cfg.LogDropped != nil {
+		st.LogDropped = s.cfg.LogDropped()
+	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()
 	}

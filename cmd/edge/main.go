@@ -51,6 +51,7 @@ type options struct {
 	cancelReply    string
 	registry       string
 	logLevel       string
+	logBuffer      int // --log-buffer-bytes
 	workerIdle     time.Duration
 	stdio          bool
 	subBuffer      int
@@ -187,6 +188,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.cancelReply, "cancel-reply", "none", "what a cancelled request gets: none, or error (-32800)")
 	fs.StringVar(&o.registry, "registry", "", "OpenRPC `file` listing the methods (default: the built-in OECP v1 registry)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.IntVar(&o.logBuffer, "log-buffer-bytes", loop.DefaultLogBufferBytes, "logs wait for stderr in a buffer of this size; a line that finds it full is dropped and counted (edge_log_dropped_total), so logging never blocks")
 	fs.DurationVar(&o.workerIdle, "worker-idle", 5*time.Second, "idle time after which a backend worker goroutine exits")
 	fs.Var(&listFlag{add: func(s string) error {
 		sp, err := upstream.ParseSpec(s)
@@ -203,6 +205,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica, spread over the event loops (at least --loops keeps every call on its own loop)")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
+	fs.IntVar(&o.upstream.StderrRate, "upstream-stderr-rate", upstream.DefaultStderrRate, "stderr lines of an exec upstream logged per second (a burst of as many); the excess is counted and reported with the next line")
 	fs.StringVar(&o.topics.URL, "nats", "", "NATS server `URL` (nats://HOST:PORT): edge/publish on any edge reaches the edge/topic subscribers of every edge (off when empty)")
 	fs.StringVar(&o.topics.Prefix, "nats-prefix", topics.DefaultPrefix, "subject prefix of the topics over --nats: topic NAME is the subject PREFIX.topic.NAME")
 	fs.BoolVar(&o.topics.JetStream, "jetstream", false, "keep the topics of --nats in the JetStream stream PREFIX_topics (created if missing): cursors are stream sequences and edge/topic takes fromCursor")
@@ -270,6 +273,12 @@ func (o *options) check() []error {
 	}
 	if o.upstream.BackoffMax <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-backoff-max %s must be positive", o.upstream.BackoffMax))
+	}
+	if o.upstream.StderrRate <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-stderr-rate %d must be positive", o.upstream.StderrRate))
+	}
+	if o.logBuffer <= 0 {
+		errs = append(errs, fmt.Errorf("log-buffer-bytes %d must be positive", o.logBuffer))
 	}
 	if len(o.routes) > 0 && len(o.upstreams) == 0 {
 		errs = append(errs, errors.New("--route needs an --upstream"))
@@ -364,7 +373,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	scrubEnv(environ)
 	o := cfg.opts
 	level, _ := parseLevel(o.logLevel)
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// Logging never blocks (issue 24): a stderr nobody reads fills
+	// the LogWriter's buffer, not the event loops' turns.
+	logOut := loop.NewLogWriter(stderr, o.logBuffer)
+	defer logOut.Close(time.Second)
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 	o.upstream.Logger = logger
 	reg, ups, err := prepare(o)
 	if err != nil {
@@ -423,6 +436,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var pages map[string]http.Handler // the admin listener's metrics and dashboard
 	if !o.stdio {
 		o.loop.Logger = logger
+		o.loop.LogDropped = logOut.Dropped
 		if gw, err = loop.New(o.loop, srv); err != nil {
 			return err
 		}
