@@ -266,6 +266,9 @@ func (c Config) withDefaults() Config {
 // a quarter of the shortest timeout, between 10 ms and 1 s.
 func (c *Config) tickInterval() time.Duration {
 	d := min(c.HandshakeTimeout, c.PingInterval, c.PongTimeout, c.CloseTimeout, c.WriteStallTimeout) / 4
+	if c.TLS != nil {
+		d = min(d, c.HandshakeSilentTimeout/4)
+	}
 	return max(10*time.Millisecond, min(d, time.Second))
 }
 

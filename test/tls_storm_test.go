@@ -129,6 +129,27 @@ func TestWSSIdleSocketClosedAtSilentTimeout(t *testing.T) {
 	}
 }
 
+// TestWSSStartedHandshakeGetsFullTimeout: a client that sent part of its
+// ClientHello is not held to --handshake-silent-timeout: it is closed at
+// --handshake-timeout, counted handshake_timeout.
+func TestWSSStartedHandshakeGetsFullTimeout(t *testing.T) {
+	const silent, timeout = 200 * time.Millisecond, 1500 * time.Millisecond
+	gw := startGateway(t, withTLS(t), func(c *gwConfig) {
+		c.loop.HandshakeTimeout = timeout
+		c.loop.HandshakeSilentTimeout = silent
+	})
+	start := time.Now()
+	slow := stall(t, gw)
+	closed := waitEOF(t, slow, readTimeout)
+	if took := closed.Sub(start); took < timeout-50*time.Millisecond || took > timeout+2*time.Second {
+		t.Fatalf("the stalled client was closed after %s, want about %s (not the silent %s)", took, timeout, silent)
+	}
+	poll.Until(t, pollTimeout, "the timeout counted", func() (bool, string) {
+		n := rejected(gw, "handshake_timeout")
+		return n == 1, strconv.FormatUint(n, 10)
+	})
+}
+
 // TestWSSHandshakeStormQueues is the regression test of the reconnect storm
 // of issue 24 item 2: 32 real clients dial at once against a pool of 2
 // handshake workers. The ones that find every worker busy wait in the
