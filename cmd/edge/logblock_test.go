@@ -20,13 +20,13 @@ import (
 	"github.com/openengine/edge/internal/poll"
 )
 
-// Bounds of TestBlockedStderrKeepsServing.
+// Bounds of TestLogBlockedStderrKeepsServing.
 const (
 	blockedCalls   = 200             // edge/echo calls in each phase
 	blockedCallMax = 2 * time.Second // one call's bound: far above any loop turn
 )
 
-// TestBlockedStderrKeepsServing is the regression test of issue 24 item 3:
+// TestLogBlockedStderrKeepsServing is the regression test of issue 24 item 3:
 // with stderr a pipe nobody reads, one upstream warning froze every client.
 //
 // It runs the edge binary on one event loop with its stderr a pipe that the
@@ -43,7 +43,7 @@ const (
 //
 // It logs the echo latencies (p50, p90, p99, max) with stderr drained and
 // with it blocked: a shared CPU, so they are an indication, not a bound.
-func TestBlockedStderrKeepsServing(t *testing.T) {
+func TestLogBlockedStderrKeepsServing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
