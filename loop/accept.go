@@ -62,7 +62,7 @@ type acceptor struct {
 	srv   *Server          // immutable
 	ln    *net.TCPListener // immutable
 	proto proto            // immutable: the binding, Conn.Context() in OnOpen
-	hs    *handshakers     // immutable: TLS handshake workers, nil without TLS
+	hs    *handshakers     // immutable: TLS handshake workers, nil without TLS (tls.go)
 	wake  chan struct{}    // capacity 1: a connection closed while paused
 
 	spare    int           // reserve descriptor, -1 when not held
@@ -113,10 +113,6 @@ func (a *acceptor) run() {
 				a.srv.offLoop[rejectProxyUntrusted].Add(1)
 				continue
 			}
-			if err == nil && a.hs != nil {
-				a.hs.offer(c) // the worker registers it (tls.go)
-				continue
-			}
 			if err == nil {
 				err = a.register(c)
 			}
@@ -133,10 +129,17 @@ func (a *acceptor) run() {
 
 // register hands c to an event loop and returns once the loop has opened
 // it; c itself is closed. The spare descriptor is given up for the dup.
+// A wss:// connection goes to the loop before its TLS handshake, which
+// waits there for its first bytes (tls.go); it counts as accepted once its
+// handshake is done.
 func (a *acceptor) register(c *net.TCPConn) error {
 	a.dropSpare()
-	_, err := a.srv.cli.EnrollContext(c, a.proto)
-	if err == nil {
+	var ctx any = a.proto
+	if a.hs != nil {
+		ctx = &tlsState{accepted: time.Now()}
+	}
+	_, err := a.srv.cli.EnrollContext(c, ctx)
+	if err == nil && a.hs == nil {
 		a.srv.accepted[a.proto-1].Add(1)
 	}
 	return err

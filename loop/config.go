@@ -73,10 +73,20 @@ type Config struct {
 	// workers off the loops, records on the loops (tls.go). Its MinVersion
 	// is raised to TLS 1.2. [nil: plain ws://]
 	TLS *tls.Config
-	// HandshakePool is how many TLS handshakes run at once; a connection
-	// accepted while every worker is busy is closed, not queued.
+	// HandshakePool is how many TLS handshakes run at once; a handshake
+	// that finds every worker busy waits in a queue of HandshakeQueue.
 	// [DefaultHandshakePool(): 4 per processor, at least 16]
 	HandshakePool int
+	// HandshakeQueue is how many TLS handshakes may wait for a worker; a
+	// ClientHello that finds the queue full closes its connection
+	// (handshake_pool_full). [DefaultHandshakeQueue: 128]
+	HandshakeQueue int
+	// HandshakeSilentTimeout bounds the time from accept to a wss://
+	// client's first bytes (after the PROXY header with ProxyProtocol): a
+	// peer that sends nothing is closed then; one that started its
+	// handshake has HandshakeTimeout. At most HandshakeTimeout.
+	// [DefaultHandshakeSilentTimeout: 3s]
+	HandshakeSilentTimeout time.Duration
 	// Loops is the number of gnet event loops [GOMAXPROCS].
 	Loops int
 	// MaxMessageBytes is the largest text message after reassembly [1048576].
@@ -117,6 +127,9 @@ type Config struct {
 	Echo bool
 	// Logger receives the gateway's logs [slog.Default()].
 	Logger *slog.Logger
+	// LogDropped, when set, reports the log lines the process dropped
+	// (LogWriter.Dropped), for Stats.LogDropped. [nil: 0]
+	LogDropped func() uint64
 }
 
 // Defaults (CONTRACT.md sections 1 and 9).
@@ -126,15 +139,22 @@ const (
 	DefaultMaxMessageBytes  = 1 << 20
 	DefaultMaxHeaderBytes   = 16 << 10
 	DefaultHandshakeTimeout = 10 * time.Second
-	DefaultPingInterval     = 30 * time.Second
-	DefaultPongTimeout      = 30 * time.Second
-	DefaultCloseTimeout     = 2 * time.Second
-	DefaultShutdownTimeout  = 5 * time.Second
-	DefaultOutboundSoft     = 1 << 20
-	DefaultOutboundHard     = 16 << 20
-	DefaultWriteStall       = 10 * time.Second
-	DefaultReadBufferBytes  = 64 << 10
-	DefaultSpareOutput      = 64 << 20
+	// DefaultHandshakeSilentTimeout: a TLS client sends its ClientHello
+	// as soon as TCP connects, one round trip at most after the accept.
+	DefaultHandshakeSilentTimeout = 3 * time.Second
+	// DefaultHandshakeQueue: a reconnect storm of a few hundred clients
+	// waits rather than being reset; each queued handshake holds a
+	// descriptor and its ClientHello.
+	DefaultHandshakeQueue  = 128
+	DefaultPingInterval    = 30 * time.Second
+	DefaultPongTimeout     = 30 * time.Second
+	DefaultCloseTimeout    = 2 * time.Second
+	DefaultShutdownTimeout = 5 * time.Second
+	DefaultOutboundSoft    = 1 << 20
+	DefaultOutboundHard    = 16 << 20
+	DefaultWriteStall      = 10 * time.Second
+	DefaultReadBufferBytes = 64 << 10
+	DefaultSpareOutput     = 64 << 20
 )
 
 // Validate reports every problem with c at once.
@@ -175,6 +195,8 @@ func (c *Config) Validate() error {
 	neg("loops", int64(c.Loops))
 	neg("max-conns", int64(c.MaxConns))
 	neg("handshake-pool", int64(c.HandshakePool))
+	neg("handshake-queue", int64(c.HandshakeQueue))
+	neg("handshake-silent-timeout", int64(c.HandshakeSilentTimeout))
 	neg("rate-limit", int64(c.RateLimit))
 	neg("rate-burst", int64(c.RateBurst))
 	neg("rate-limit-close-after", int64(c.RateCloseAfter))
@@ -229,6 +251,8 @@ func (c Config) withDefaults() Config {
 	}
 	set(&c.Loops, runtime.GOMAXPROCS(0))
 	set(&c.HandshakePool, DefaultHandshakePool())
+	set(&c.HandshakeQueue, DefaultHandshakeQueue)
+	setD(&c.HandshakeSilentTimeout, DefaultHandshakeSilentTimeout)
 	if c.TLS != nil {
 		c.TLS = c.TLS.Clone()
 		c.TLS.MinVersion = max(c.TLS.MinVersion, tls.VersionTLS12)
@@ -255,6 +279,9 @@ func (c Config) withDefaults() Config {
 // a quarter of the shortest timeout, between 10 ms and 1 s.
 func (c *Config) tickInterval() time.Duration {
 	d := min(c.HandshakeTimeout, c.PingInterval, c.PongTimeout, c.CloseTimeout, c.WriteStallTimeout) / 4
+	if c.TLS != nil {
+		d = min(d, c.HandshakeSilentTimeout/4)
+	}
 	return max(10*time.Millisecond, min(d, time.Second))
 }
 

@@ -359,6 +359,10 @@ func (w *conn) input(buf []byte, now time.Time) {
 		}
 		return
 	}
+	if w.tls.tc == nil {
+		w.tlsHello(buf)
+		return
+	}
 	ok := w.tlsInput(buf, now)
 	_, _ = w.c.Discard(len(buf))
 	if !ok && w.state != stateClosed {
@@ -505,6 +509,9 @@ func (w *conn) tick(now time.Time) {
 	cfg := w.cfg()
 	switch w.state {
 	case stateHandshake:
+		if w.tls != nil && w.tls.away {
+			return // the handshake worker's deadline (tls.go)
+		}
 		if now.After(w.deadline) {
 			w.l.counts.rejected[rejectHandshakeTimeout]++
 			w.setState(stateClosing)

@@ -29,10 +29,9 @@ import (
 // X-Forwarded-For names the client (codec.ForwardedClient). The per-address
 // count then waits for the upgrade, where the header is; the total is
 // counted when the connection opens, as always.
-//
-// The PROXY parser (codec.ParseProxyHeader) is a pure function over the
-// received bytes so that a TLS handshake worker can run it on what it reads
-// before the ClientHello.
+// On a wss:// listener the header comes before the ClientHello: the loop
+// reads it the same way before handing the handshake to a worker
+// (conn.tlsHello).
 
 // proxyHeader reads the PROXY header at the front of buf and returns the
 // bytes it used: 0 while it is incomplete.

@@ -50,7 +50,7 @@ type Server struct {
 
 	accepted [NumTransports]atomic.Uint64 // connections registered, by transport (stats.go)
 	// offLoop counts the refusals decided off the loops: acceptor pauses
-	// (rejectAcceptPaused) and TLS handshakes (tls.go).
+	// (rejectAcceptPaused).
 	offLoop [numRejectReasons]atomic.Uint64
 	hs      *handshakers // immutable after Start: nil without TLS
 
@@ -89,7 +89,7 @@ func (s *Server) Start() error {
 	s.addr = ws.Addr()
 	s.acceptors = []*acceptor{newAcceptor(s, ws, protoWebSocket)}
 	if s.cfg.TLS != nil {
-		s.hs = newHandshakers(s, s.cfg.TLS, s.cfg.HandshakePool)
+		s.hs = newHandshakers(s, s.cfg.TLS, s.cfg.HandshakePool, s.cfg.HandshakeQueue)
 		s.acceptors[0].hs = s.hs
 	}
 	if s.cfg.NDJSONListen != "" {
@@ -149,6 +149,16 @@ func (s *Server) stopAccepting() {
 	s.accepting.Wait()
 }
 
+// TLSHandshakes reports the TLS handshakes running on the pool's workers
+// and those waiting in its queue (--handshake-pool, --handshake-queue).
+// Safe for concurrent use.
+func (s *Server) TLSHandshakes() (running, queued int) {
+	if s.hs == nil {
+		return 0, 0
+	}
+	return s.hs.queued()
+}
+
 // Addr is the address the WebSocket listener is bound to (useful with port 0).
 func (s *Server) Addr() net.Addr { return s.addr }
 
@@ -205,10 +215,12 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	over := s.limits.admit(s.cfg.MaxConns)
 	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), over: over}
 	peer := remoteAddr(c.RemoteAddr())
-	t, _ := c.Context().(*tlsState) // a handshake worker's (tls.go)
+	t, _ := c.Context().(*tlsState) // the wss:// acceptor's (tls.go)
 	if t != nil {
+		// Until its first bytes the connection has the silent peer's
+		// deadline; then the whole handshake timeout (tls.go).
 		w.tls = t
-		w.deadline = t.accepted.Add(s.cfg.HandshakeTimeout)
+		w.deadline = t.accepted.Add(min(s.cfg.HandshakeSilentTimeout, s.cfg.HandshakeTimeout))
 	}
 	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
 		w.countIP(peer)
@@ -223,12 +235,10 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		// The client's address (CONTRACT.md section 11.5): a PROXY header's
 		// (read first, proxy.go), X-Forwarded-For's from a trusted proxy
 		// (at the upgrade), or the peer's, counted now.
-		// On a TLS connection the handshake worker has read the PROXY
-		// header already, before the ClientHello.
+		// On a TLS connection the PROXY header comes before the
+		// ClientHello (tlsHello).
 		w.remote = peer
 		switch {
-		case t != nil && t.proxied:
-			w.proxied(t.client)
 		case s.cfg.ProxyProtocol:
 			w.proxyPending = true
 		case s.cfg.trustedProxy(peer.Addr()):
@@ -239,12 +249,6 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	l.add(w)
 	c.SetContext(w)
-	if w.tls != nil {
-		// The client's upgrade request may have come with its Finished
-		// flight: the tls.Conn holds it already and no more traffic may
-		// come until it is answered.
-		s.input(w, nil, now)
-	}
 	return nil, gnet.None
 }
 

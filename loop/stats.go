@@ -37,7 +37,7 @@ const (
 	rejectDraining                              // the server is shutting down
 	rejectAcceptPaused                          // the acceptor paused for want of descriptors or memory (accept.go)
 	rejectTLSHandshake                          // the TLS handshake failed (tls.go); its timeouts count as handshake_timeout
-	rejectHandshakePoolFull                     // every TLS handshake worker was busy (--handshake-pool)
+	rejectHandshakePoolFull                     // every TLS handshake worker was busy and the queue full (--handshake-pool, --handshake-queue)
 	rejectProxyHeader                           // --proxy-protocol: no valid PROXY header first (CONTRACT.md section 11.5)
 	rejectProxyUntrusted                        // --proxy-protocol: a peer outside --proxy-protocol-from (CONTRACT.md section 11.5)
 	numRejectReasons
@@ -169,6 +169,9 @@ type Stats struct {
 	// Stale is the number of loops that did not answer in time; their
 	// counters are as of their previous snapshot.
 	Stale int
+	// LogDropped counts the log lines dropped because the log output did
+	// not keep up (Config.LogDropped, LogWriter).
+	LogDropped uint64
 }
 
 // Counters implements rpc.CountingPoster. Safe for concurrent use (the
@@ -231,6 +234,9 @@ wait:
 		}
 	}
 	st := Stats{Stale: len(ls) - answered, Paused: s.paused.Load()}
+	if s.cfg.LogDropped != nil {
+		st.LogDropped = s.cfg.LogDropped()
+	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()
 	}

@@ -1,33 +1,41 @@
 package loop
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
-	"net/netip"
 	"runtime"
 	"sync"
 	"time"
 
-	"github.com/openengine/edge/codec"
+	"github.com/panjf2000/gnet/v2"
 )
 
 // wss:// (CONTRACT.md section 11.6) with Go's crypto/tls, unmodified.
 //
 // A TLS handshake blocks on the network and costs a signature, so it does
-// not run on an event loop: the acceptor hands the accepted socket to a
-// bounded pool of handshake workers (Config.HandshakePool). The hand-off is
-// a send on an unbuffered channel that succeeds only if a worker is idle;
-// otherwise the socket is closed at once (handshake_pool_full): a handshake
-// waits in no queue. The worker sets the socket's deadline to the accept
-// time plus Config.HandshakeTimeout, so a client that stalls (a partial
-// ClientHello) gives the worker back at that deadline, and runs
-// tls.Server(...).Handshake over a tlsSock that reads and writes the socket.
+// not run on an event loop. The acceptor enrolls an accepted socket on an
+// event loop at once (the context value a *tlsState without a tls.Conn),
+// where it waits for its first bytes holding nothing but its descriptor: a
+// socket that sends nothing is closed at Config.HandshakeSilentTimeout after
+// the accept, so idle sockets cannot hold the handshake workers (issue 24).
+// With --proxy-protocol the loop reads the PROXY header first, as on a plain
+// connection. The first bytes after it hand the handshake to the bounded
+// pool of workers (Config.HandshakePool, handshakers.hello): the loop takes
+// the socket's read interest off its epoll set (pause.go), and the worker
+// gets a duplicate of the socket and the bytes the loop read. A handshake
+// that finds every worker busy waits in a FIFO queue of at most
+// Config.HandshakeQueue; beyond it the socket is closed at once
+// (handshake_pool_full). The duplicate's deadline is the accept time plus
+// Config.HandshakeTimeout, queue time included, so a client that stalls (a
+// partial ClientHello) gives the worker back at that deadline. The worker
+// runs tls.Server(...).Handshake over a tlsSock that reads and writes the
+// duplicate, closes the duplicate, switches the tlsSock to loop mode and
+// posts the result to the loop (conn.handshaken), which reads the socket
+// again, or closes it when the handshake failed.
 //
-// Then the worker switches the tlsSock to loop mode and enrolls the socket
-// on an event loop like any other, with the *tls.Conn in the context value.
-// gnet dups the descriptor and closes the net.Conn; in loop mode the tlsSock
-// never touches it again. From then on the loop owns the tls.Conn: OnTraffic
+// From then on the loop owns the tls.Conn: OnTraffic
 // points the tlsSock at the ciphertext gnet read, calls tls.Conn.Read until
 // the tlsSock runs dry, and hands the plaintext to the same WebSocket code
 // as a plain connection; a flush passes the turn's output through
@@ -45,18 +53,12 @@ import (
 // Memory: a tls.Conn keeps its record buffers (rawInput, outBuf) between
 // calls, up to the largest record it saw each way (16 KiB plus overhead);
 // connections that only exchange small messages keep small ones.
-//
-// PROXY protocol (--proxy-protocol, CONTRACT.md section 11.5): the header
-// comes before the ClientHello, so the handshake worker reads it
-// (handshakers.proxyHeader) and passes the client's address to the loop in
-// the tlsState; the loop reads no PROXY header on a TLS connection.
 
 // DefaultHandshakePool is the default of Config.HandshakePool: 4 workers
 // per processor, at least 16. A handshake mostly waits for the network (two
 // round trips), so more workers than processors keep the processors busy;
-// the signature work itself cannot use more than GOMAXPROCS. The pool also
-// bounds how many clients can hold a worker by stalling (at most
-// HandshakeTimeout each).
+// the signature work itself cannot use more than GOMAXPROCS. A client holds
+// a worker only once it has sent bytes, at most HandshakeTimeout.
 func DefaultHandshakePool() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 
 // errWouldBlock is what a tlsSock in loop mode returns when it has no more
@@ -143,16 +145,15 @@ func (s *tlsSock) SetWriteDeadline(t time.Time) error {
 // tlsState is a connection's TLS layer once its handshake is done: the
 // enrollment's context value, then conn.tls. Loop-owned after the hand-off.
 type tlsState struct {
-	tc       *tls.Conn
-	sock     *tlsSock
+	tc       *tls.Conn // nil until the handshake is done
+	sock     *tlsSock  // nil until the handshake is handed to a worker
 	accepted time.Time // when the socket was accepted: the upgrade deadline counts from it
+	// away is set while a handshake worker has the handshake (queued or
+	// running): the loop does not read the socket meanwhile.
+	away bool
 	// in is the plaintext decrypted and not yet used by the WebSocket
 	// code (a partial frame or upgrade request); nil when empty.
 	in []byte
-	// proxied is set when the handshake worker read a PROXY header
-	// (--proxy-protocol); client is its client's address then.
-	proxied bool
-	client  netip.AddrPort
 	// eof is set once tls.Conn.Read failed for good (close_notify, a bad
 	// record, an alert): the connection is being closed.
 	eof bool
@@ -216,6 +217,9 @@ func (w *conn) tlsInput(buf []byte, now time.Time) bool {
 // loop.
 func (w *conn) writeTLS(p []byte) {
 	t := w.tls
+	if t.tc == nil {
+		return // before the handshake there is nothing to say
+	}
 	if len(p) > 0 {
 		// Fails only after close_notify was sent: the connection is
 		// closing and p is dropped, as after a close frame.
@@ -230,7 +234,7 @@ func (w *conn) writeTLS(p []byte) {
 // closeNotify sends a TLS close_notify alert before the server closes or
 // half-closes the TCP connection. Runs on the loop.
 func (w *conn) closeNotify() {
-	if w.tls != nil {
+	if w.tls != nil && w.tls.tc != nil {
 		_ = w.tls.tc.CloseWrite()
 		w.writeTLS(nil)
 	}
@@ -242,43 +246,185 @@ func (t *tlsState) release(l *eventLoop) {
 		l.putBuf(t.in)
 		t.in = nil
 	}
-	t.sock.out = nil
+	if t.sock != nil {
+		t.sock.out = nil
+	}
+}
+
+// tlsHello handles the input of a wss:// connection before its TLS
+// handshake: the PROXY header with --proxy-protocol, then the first bytes of
+// the ClientHello, which hand the handshake to the pool (handshakers.hello).
+// Runs on the loop.
+func (w *conn) tlsHello(buf []byte) {
+	if w.tls.away || w.state != stateHandshake {
+		// The loop does not read the socket while a worker has it; bytes
+		// that came all the same would be missing from the handshake.
+		if w.state == stateHandshake {
+			w.reject(rejectTLSHandshake)
+		}
+		if len(buf) > 0 {
+			_, _ = w.c.Discard(len(buf))
+		}
+		return
+	}
+	off := 0
+	if w.proxyPending {
+		off = w.proxyHeader(buf)
+		if w.proxyPending || w.state != stateHandshake {
+			if off > 0 { // gnet's Discard(0) discards everything
+				_, _ = w.c.Discard(off)
+			}
+			return
+		}
+	}
+	if off < len(buf) {
+		w.deadline = w.tls.accepted.Add(w.cfg().HandshakeTimeout)
+		w.l.srv.hs.hello(w, buf[off:])
+	}
+	if len(buf) > 0 {
+		_, _ = w.c.Discard(len(buf))
+	}
 }
 
 // handshakers is the pool of TLS handshake workers of a Server: at most
-// cap(slots) handshakes at once, each on a goroutine that ends with it.
+// workers handshakes at once, each worker a goroutine that takes the queued
+// handshakes in turn and ends when the queue is empty; at most maxQueue
+// handshakes wait for a worker.
 type handshakers struct {
-	srv   *Server     // immutable
-	cfg   *tls.Config // immutable
-	slots chan struct{}
+	srv      *Server     // immutable
+	cfg      *tls.Config // immutable
+	workers  int         // immutable
+	maxQueue int         // immutable
 
 	mu      sync.Mutex
+	busy    int                       // guarded by mu: workers running
+	queue   []*hsJob                  // guarded by mu: handshakes waiting for a worker, oldest first
 	live    map[*net.TCPConn]struct{} // guarded by mu: handshakes in progress
 	aborted bool                      // guarded by mu: accepting has stopped
 }
 
-func newHandshakers(s *Server, cfg *tls.Config, n int) *handshakers {
-	return &handshakers{srv: s, cfg: cfg, slots: make(chan struct{}, n), live: make(map[*net.TCPConn]struct{})}
+// hsJob is one handshake handed to the pool: the connection it belongs to
+// (touched only on its loop, through eventLoop.el.Execute) and a duplicate
+// of its socket, which the worker reads and writes and then closes.
+type hsJob struct {
+	w  *conn        // loop-owned
+	nc *net.TCPConn // the worker's duplicate of the socket; its deadline is the handshake's
+	st *tlsState    // the worker's until it posts the result, then the loop's
 }
 
-// offer starts the handshake of c if a worker slot is free, and closes c
-// otherwise: it waits in no queue. Called by the acceptor, whose goroutine
-// counts in s.accepting, so the worker's Add is never late for the Wait of
-// stopAccepting (no handshake enrolls a connection once the loops stop).
-func (h *handshakers) offer(c *net.TCPConn) {
-	select {
-	case h.slots <- struct{}{}:
-		h.srv.accepting.Add(1)
-		go h.serve(c)
-	default:
-		_ = c.SetLinger(0)
-		_ = c.Close()
-		h.srv.offLoop[rejectHandshakePoolFull].Add(1)
+func newHandshakers(s *Server, cfg *tls.Config, workers, queue int) *handshakers {
+	return &handshakers{srv: s, cfg: cfg, workers: workers, maxQueue: queue, live: make(map[*net.TCPConn]struct{})}
+}
+
+// hello hands w's TLS handshake to the pool once the first bytes after any
+// PROXY header (buf) have arrived: until then the connection waits on the
+// loop and holds no worker. It reads w's socket no more (its read interest
+// is off) and gives a worker a duplicate of the socket and buf; the worker
+// posts the result back (handshaken). Over the queue's bound the socket is
+// closed at once (handshake_pool_full). Runs on the loop.
+func (h *handshakers) hello(w *conn, buf []byte) {
+	l := w.l
+	if l.epfd < 0 {
+		// Without the loop's epoll set the loop would keep reading the
+		// socket beside the worker (pause.go).
+		w.reject(rejectTLSHandshake)
+		w.cfg().Logger.Warn("cannot hand a TLS handshake to a worker on this gnet build")
+		return
+	}
+	if len(buf) > maxHelloBytes {
+		w.reject(rejectTLSHandshake)
+		return
+	}
+	nc, err := dupTCP(w.c.Fd())
+	if err != nil {
+		w.reject(rejectTLSHandshake)
+		w.cfg().Logger.Warn("cannot hand a TLS handshake to a worker", "err", err)
+		return
+	}
+	t := w.tls
+	_ = nc.SetDeadline(t.accepted.Add(w.cfg().HandshakeTimeout))
+	_ = setInterest(l.epfd, w.c.Fd(), false, false)
+	t.away = true
+	t.sock = &tlsSock{nc: nc, laddr: nc.LocalAddr(), raddr: nc.RemoteAddr(), pre: append([]byte(nil), buf...)}
+	if !h.submit(&hsJob{w: w, nc: nc, st: t}) {
+		_ = nc.Close()
+		t.away, t.sock = false, nil
+		_ = w.c.SetLinger(0)
+		w.reject(rejectHandshakePoolFull)
 	}
 }
 
+// maxHelloBytes bounds the bytes a client may send before its handshake
+// starts: a ClientHello is at most 64 KiB (a handshake message's bound in
+// crypto/tls) in records of 16 KiB plus their headers.
+const maxHelloBytes = 80 << 10
+
+// dupTCP is dupConn for a handshake worker: a *net.TCPConn on a duplicate
+// of the socket fd; closing it leaves fd open.
+func dupTCP(fd int) (*net.TCPConn, error) {
+	c, err := dupConn(fd)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		_ = c.Close()
+		return nil, errors.New("not a TCP socket")
+	}
+	return tc, nil
+}
+
+// submit starts j on an idle worker, or queues it, and reports false when
+// the queue is full or accepting has stopped. Safe for concurrent use: the
+// loops call it. A worker's Add to s.accepting happens under mu before
+// abort, which runs before stopAccepting waits.
+func (h *handshakers) submit(j *hsJob) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.aborted:
+		return false
+	case h.busy < h.workers:
+		h.busy++
+		h.srv.accepting.Add(1)
+		go h.run(j)
+	case len(h.queue) < h.maxQueue:
+		h.queue = append(h.queue, j)
+	default:
+		return false
+	}
+	return true
+}
+
+// next returns the oldest queued handshake, or nil, having released the
+// worker, when there is none.
+func (h *handshakers) next() *hsJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.queue) == 0 {
+		h.busy--
+		return nil
+	}
+	j := h.queue[0]
+	h.queue[0] = nil
+	h.queue = h.queue[1:]
+	if len(h.queue) == 0 {
+		h.queue = nil // let the backing array go after a storm
+	}
+	return j
+}
+
+// queued reports the handshakes running and waiting for a worker. Safe for
+// concurrent use.
+func (h *handshakers) queued() (running, waiting int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.busy, len(h.queue)
+}
+
 // abort ends the handshakes in progress, whose sockets' deadlines pass now,
-// and keeps new ones from starting. Called when accepting stops.
+// fails the queued ones, and keeps new ones from starting. Called when
+// accepting stops.
 func (h *handshakers) abort() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -286,6 +432,11 @@ func (h *handshakers) abort() {
 	for c := range h.live {
 		_ = c.SetDeadline(time.Unix(1, 0))
 	}
+	for _, j := range h.queue {
+		_ = j.nc.Close()
+		j.post(nil, net.ErrClosed)
+	}
+	h.queue = nil
 }
 
 // track records c as in progress; false once aborted.
@@ -305,91 +456,69 @@ func (h *handshakers) untrack(c *net.TCPConn) {
 	h.mu.Unlock()
 }
 
-// serve runs the handshake of c and enrolls it on an event loop.
-func (h *handshakers) serve(c *net.TCPConn) {
-	s := h.srv
-	defer s.accepting.Done()
-	defer func() { <-h.slots }()
-	if !h.track(c) {
-		_ = c.Close()
-		return
+// run is a worker: it runs j's handshake and then the queued ones.
+func (h *handshakers) run(j *hsJob) {
+	defer h.srv.accepting.Done()
+	for ; j != nil; j = h.next() {
+		h.handshake(j)
 	}
-	defer h.untrack(c)
-	accepted := time.Now()
-	_ = c.SetDeadline(accepted.Add(s.cfg.HandshakeTimeout))
-	sock := &tlsSock{nc: c, laddr: c.LocalAddr(), raddr: c.RemoteAddr()}
-	st := &tlsState{sock: sock, accepted: accepted}
-	if s.cfg.ProxyProtocol {
-		// The PROXY header (CONTRACT.md section 11.5) precedes the
-		// ClientHello: read under the same deadline; what follows it
-		// goes to the handshake.
-		if !h.proxyHeader(c, st) {
-			return
-		}
-	}
-	tc := tls.Server(sock, h.cfg)
-	if err := tc.Handshake(); err != nil {
-		_ = c.Close()
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			s.offLoop[rejectHandshakeTimeout].Add(1)
-		} else {
-			s.offLoop[rejectTLSHandshake].Add(1)
-			s.cfg.Logger.Debug("TLS handshake failed", "remote", sock.raddr.String(), "err", err)
-		}
-		return
-	}
-	_ = c.SetDeadline(time.Time{})
-	sock.nc = nil // loop mode: the tls.Conn no longer touches c
-	st.tc = tc
-	if _, err := s.cli.EnrollContext(c, st); err != nil {
-		// EnrollContext has closed c (out of descriptors for the dup, or
-		// the loops are stopping).
-		s.offLoop[rejectTLSHandshake].Add(1)
-		s.cfg.Logger.Warn("cannot hand a TLS connection to an event loop", "err", err)
-		return
-	}
-	s.accepted[protoWebSocket-1].Add(1)
 }
 
-// proxyHeader reads the PROXY header (--proxy-protocol) from c, before the
-// ClientHello, and records the client's address in st; the bytes read past
-// the header go to the handshake. Reports false, having closed c and
-// counted the refusal, when there is no valid header before the deadline.
-func (h *handshakers) proxyHeader(c *net.TCPConn, st *tlsState) bool {
-	s := h.srv
-	max := s.cfg.MaxHeaderBytes
-	buf := make([]byte, 0, 256)
-	for {
-		hd, n, err := codec.ParseProxyHeader(buf, max)
-		if err == nil {
-			st.sock.pre = buf[n:]
-			st.proxied, st.client = true, remoteAddr(c.RemoteAddr())
-			if !hd.Local {
-				st.client = hd.Source
-			}
-			return true
-		}
-		if !errors.Is(err, codec.ErrNeedMore) {
-			break
-		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		m, rerr := c.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
-		if rerr != nil && m == 0 {
-			_ = c.Close()
-			var ne net.Error
-			if errors.As(rerr, &ne) && ne.Timeout() {
-				s.offLoop[rejectHandshakeTimeout].Add(1)
-			} else {
-				s.offLoop[rejectHandshakeAborted].Add(1)
-			}
-			return false
-		}
+// handshake runs j's TLS handshake on the duplicate socket, closes the
+// duplicate and posts the result to j's loop.
+func (h *handshakers) handshake(j *hsJob) {
+	if !h.track(j.nc) {
+		_ = j.nc.Close()
+		j.post(nil, net.ErrClosed)
+		return
 	}
-	_ = c.Close()
-	s.offLoop[rejectProxyHeader].Add(1)
-	return false
+	tc := tls.Server(j.st.sock, h.cfg)
+	err := tc.Handshake()
+	h.untrack(j.nc)
+	_ = j.nc.Close()
+	j.st.sock.nc = nil // loop mode: the tls.Conn no longer touches the socket
+	j.post(tc, err)
+}
+
+// post hands the handshake's result to j's loop. When the loops have
+// stopped the connection is gone and so is the result.
+func (j *hsJob) post(tc *tls.Conn, err error) {
+	w := j.w
+	_ = w.l.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		w.handshaken(tc, err)
+		return nil
+	}))
+}
+
+// handshaken takes the result of the connection's TLS handshake from its
+// worker: on success the loop reads the socket again and the connection
+// goes on to its upgrade; otherwise it is closed and counted. Runs on the
+// loop.
+func (w *conn) handshaken(tc *tls.Conn, err error) {
+	t := w.tls
+	t.away = false
+	if w.state != stateHandshake {
+		return // closed meanwhile: the peer left, or shutdown
+	}
+	s := w.l.srv
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			w.reject(rejectHandshakeTimeout)
+		} else {
+			w.reject(rejectTLSHandshake)
+			s.cfg.Logger.Debug("TLS handshake failed", "remote", w.remote.String(), "err", err)
+		}
+		w.l.flush()
+		return
+	}
+	t.tc = tc
+	s.accepted[protoWebSocket-1].Add(1)
+	_ = setInterest(w.l.epfd, w.c.Fd(), true, w.c.OutboundBuffered() > 0)
+	now := time.Now()
+	w.l.clock(now)
+	// The client's upgrade request may have come with its Finished
+	// flight: the tls.Conn holds it already and no more traffic may come
+	// until it is answered.
+	s.input(w, nil, now)
 }

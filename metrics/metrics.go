@@ -32,6 +32,7 @@
 //	edge_upstream_messages_dropped_total{upstream}   counter    upstream messages dropped
 //	edge_upstream_late_answers_total{upstream}      counter    answers to calls that had timed out
 //	edge_metrics_stale_loops                         gauge      loops that missed the last scrape's deadline
+//	edge_log_dropped_total                           counter    log lines dropped: stderr did not keep up
 //
 // and the Go runtime's (go_*) and the process's (process_*).
 package metrics

@@ -47,6 +47,7 @@ const (
 	nameUpstreamDropped   = "edge_upstream_messages_dropped_total"
 	nameUpstreamLate      = "edge_upstream_late_answers_total"
 	nameStaleLoops        = "edge_metrics_stale_loops"
+	nameLogDropped        = "edge_log_dropped_total"
 	labelSlowSubscription = "subscription"
 	labelSlowConnection   = "connection"
 )
@@ -125,6 +126,8 @@ func (s *snapshot) emit(k sink, methods []string) {
 	}
 	k.family(nameStaleLoops, "Event loops that did not answer the last scrape in time; their counters are as of the scrape before.", gauge)
 	k.value(float64(st.Stale))
+	k.family(nameLogDropped, "Log lines dropped because the log output (stderr) did not keep up.", counter)
+	k.value(float64(st.LogDropped))
 }
 
 // active reports whether a method has had a request.

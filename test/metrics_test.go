@@ -289,6 +289,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	// The unavailable call was never sent: no duration.
 	add("edge_upstream_request_duration_seconds", 3, "upstream=up")
 	add("edge_metrics_stale_loops", 0)
+	add("edge_log_dropped_total", 0)
 	checkMetrics(t, s, want)
 	// No series of a method that had no request.
 	if _, ok := s.value("edge_requests_total", "method=get", "outcome=ok"); ok {

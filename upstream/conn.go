@@ -512,12 +512,7 @@ func startExec(u *Upstream, argv []string) (net.Conn, *child, error) {
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 0, 4096), 64<<10)
-		for sc.Scan() {
-			u.log.Info("upstream stderr", slog.String("upstream", u.name), slog.Int("pid", cmd.Process.Pid), slog.String("line", sc.Text()))
-		}
-		_, _ = io.Copy(io.Discard, stderr)
+		u.relayStderr(stderr, cmd.Process.Pid)
 	}()
 	go func() {
 		<-logged // Wait closes the pipe: read it out first
@@ -526,6 +521,64 @@ func startExec(u *Upstream, argv []string) (net.Conn, *child, error) {
 		close(ch.done)
 	}()
 	return c, ch, nil
+}
+
+// stderrLineMax is the longest stderr line of an exec child that is
+// logged whole; a longer one is logged truncated to it.
+const stderrLineMax = 64 << 10
+
+// relayStderr logs the stderr lines of an exec child until EOF, under the
+// upstream's name: at most Config.StderrRate lines per second (a token
+// bucket with a burst of as many), the excess counted and reported with the
+// next line logged (skippedLines); a line over stderrLineMax is logged
+// truncated (truncated: its length) and the relay goes on. It reads as fast
+// as the child writes, so a chatty child never blocks on its stderr.
+func (u *Upstream) relayStderr(r io.Reader, pid int) {
+	rate := float64(u.cfg.StderrRate)
+	tokens, last := rate, time.Now()
+	skipped := 0
+	br := bufio.NewReaderSize(r, 4096)
+	var line []byte
+	n := 0 // the line's length, beyond what line keeps
+	for {
+		frag, err := br.ReadSlice('\n')
+		if err == nil {
+			frag = frag[:len(frag)-1] // the newline
+		}
+		n += len(frag)
+		if room := stderrLineMax - len(line); room > 0 {
+			line = append(line, frag[:min(len(frag), room)]...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == nil || n > 0 { // a line, or the last one without a newline
+			now := time.Now()
+			tokens = min(rate, tokens+now.Sub(last).Seconds()*rate)
+			last = now
+			if tokens >= 1 {
+				tokens--
+				attrs := []any{slog.String("upstream", u.name), slog.Int("pid", pid), slog.String("line", string(bytes.TrimSuffix(line, []byte{'\r'})))}
+				if n > len(line) {
+					attrs = append(attrs, slog.Int("truncated", n))
+				}
+				if skipped > 0 {
+					attrs = append(attrs, slog.Int("skippedLines", skipped))
+					skipped = 0
+				}
+				u.log.Info("upstream stderr", attrs...)
+			} else {
+				skipped++
+			}
+		}
+		line, n = line[:0], 0
+		if err != nil {
+			break
+		}
+	}
+	if skipped > 0 {
+		u.log.Info("upstream stderr lines skipped", "upstream", u.name, "pid", pid, "skippedLines", skipped)
+	}
 }
 
 func exitStatus(err error) string {

@@ -71,3 +71,70 @@ func TestExecShutdownSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestExecStderrLongLine is the regression test of issue 24 item 3's
+// stderr relay: a child writes a 100 KiB line to stderr and then "after".
+// The long line is relayed truncated and the relay goes on: "after" is
+// logged. Before the fix bufio.Scanner stopped at the line over its 64 KiB
+// buffer (bufio.ErrTooLong) and the relay discarded the rest of stderr, so
+// nothing after it was ever logged.
+func TestExecStderrLongLine(t *testing.T) {
+	logs := &logBuffer{}
+	r, err := ParseURL(`exec:sh -c "yes x | head -n 102400 | tr -d '[:space:]' >&2; echo >&2; echo after >&2; cat >/dev/null"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := New("child", []Replica{r}, Config{KillTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	u.Start()
+	t.Cleanup(u.Close)
+	poll.Until(t, 5*time.Second, `the child's "after" line in the log`, func() (bool, string) {
+		out := logs.String()
+		return strings.Contains(out, "line=after"), tail(out)
+	})
+	out := logs.String()
+	long := strings.Repeat("x", stderrLineMax)
+	if !strings.Contains(out, "line="+long+" truncated=102400") {
+		t.Fatalf("the long line was not relayed truncated to %d bytes: %s", stderrLineMax, tail(out))
+	}
+	if strings.Contains(out, strings.Repeat("x", stderrLineMax+1)) {
+		t.Fatalf("a relayed line is longer than %d bytes", stderrLineMax)
+	}
+}
+
+// TestExecStderrRateLimited: a child that writes 5,000 stderr lines at once
+// has at most the burst of --upstream-stderr-rate relayed at once; the
+// excess is counted and reported with the next relayed line, and the child
+// is never blocked by the relay: its last line ("done") comes through once
+// the bucket refills.
+func TestExecStderrRateLimited(t *testing.T) {
+	logs := &logBuffer{}
+	r, err := ParseURL(`exec:sh -c "i=0; while [ $i -lt 5000 ]; do echo noise $i >&2; i=$((i+1)); done; sleep 0.3; echo done >&2; cat >/dev/null"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rate = 50
+	u := New("child", []Replica{r}, Config{KillTimeout: time.Second, StderrRate: rate, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	u.Start()
+	t.Cleanup(u.Close)
+	poll.Until(t, 10*time.Second, `the child's "done" line in the log`, func() (bool, string) {
+		out := logs.String()
+		return strings.Contains(out, "line=done"), tail(out)
+	})
+	out := logs.String()
+	relayed := strings.Count(out, `line="noise`)
+	// The burst, plus what the bucket refilled while the child wrote.
+	if relayed >= 5000 || relayed < rate {
+		t.Fatalf("%d of 5000 noise lines relayed, want between %d and well under 5000", relayed, rate)
+	}
+	if !strings.Contains(out, "skippedLines=") {
+		t.Fatalf("the skipped lines were not reported: %s", tail(out))
+	}
+}
+
+// tail is the end of a long log, for a failure message.
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "..." + s[len(s)-2000:]
+	}
+	return s
+}

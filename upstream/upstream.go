@@ -52,6 +52,10 @@ type Config struct {
 	// KillTimeout is how long an exec child gets after EOF on its stdin,
 	// and again after SIGTERM, before the next step [2s].
 	KillTimeout time.Duration
+	// StderrRate is how many stderr lines of an exec child are logged
+	// per second (a burst of as many at once); the excess is counted and
+	// reported with the next line logged [100].
+	StderrRate int
 	// Logger receives state changes, dropped messages and exec children's
 	// stderr [slog.Default()].
 	Logger *slog.Logger
@@ -66,6 +70,7 @@ const (
 	DefaultMaxMessageBytes = 1 << 20
 	DefaultMaxPendingBytes = 16 << 20
 	DefaultKillTimeout     = 2 * time.Second
+	DefaultStderrRate      = 100
 )
 
 func (c Config) withDefaults() Config {
@@ -92,6 +97,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KillTimeout <= 0 {
 		c.KillTimeout = DefaultKillTimeout
+	}
+	if c.StderrRate <= 0 {
+		c.StderrRate = DefaultStderrRate
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -36,6 +36,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"upstream-timeout (s)", int(o.upstream.Timeout.Seconds()), 30},
 		{"upstream-backoff-max (s)", int(o.upstream.BackoffMax.Seconds()), 10},
 		{"max-batch", o.maxBatch, 100},
+		{"handshake-queue", c.HandshakeQueue, loop.DefaultHandshakeQueue},
+		{"log-buffer-bytes", o.logBuffer, loop.DefaultLogBufferBytes},
+		{"upstream-stderr-rate", o.upstream.StderrRate, upstream.DefaultStderrRate},
+		{"handshake-silent-timeout (s)", int(c.HandshakeSilentTimeout.Seconds()), 3},
 	} {
 		if f.got != f.want {
 			t.Errorf("--%s defaults to %d, want %d", f.name, f.got, f.want)
@@ -49,7 +53,8 @@ func TestParseFlagsRejectsNegativeLimits(t *testing.T) {
 	for _, name := range []string{"max-message-bytes", "max-header-bytes", "read-buffer-bytes",
 		"spare-output-bytes", "outbound-soft-bytes", "outbound-hard-bytes", "handshake-timeout",
 		"max-conn-tasks", "max-tasks", "subscription-buffer", "worker-idle",
-		"upstream-conns", "upstream-timeout", "upstream-backoff-max", "max-batch"} {
+		"upstream-conns", "upstream-timeout", "upstream-backoff-max", "max-batch",
+		"handshake-queue", "handshake-silent-timeout", "log-buffer-bytes", "upstream-stderr-rate"} {
 		val := "-1"
 		if strings.HasSuffix(name, "timeout") || name == "worker-idle" || name == "upstream-backoff-max" {
 			val = "-1s"

@@ -51,6 +51,7 @@ type options struct {
 	cancelReply    string
 	registry       string
 	logLevel       string
+	logBuffer      int // --log-buffer-bytes
 	workerIdle     time.Duration
 	stdio          bool
 	subBuffer      int
@@ -165,7 +166,9 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&c.AuthQueryParam, "auth-query-param", "", "also take the bearer token from this query parameter (browsers cannot set headers on a WebSocket); never logged")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain `FILE`: with --tls-key, the WebSocket listener serves wss:// (TLS 1.2 and later, Go's crypto/tls); SIGHUP reloads it")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
-	fs.IntVar(&c.HandshakePool, "handshake-pool", loop.DefaultHandshakePool(), "TLS handshakes run at once, off the event loops; a connection accepted while all are busy is closed, not queued")
+	fs.IntVar(&c.HandshakePool, "handshake-pool", loop.DefaultHandshakePool(), "TLS handshakes run at once, off the event loops; a ClientHello that finds every worker busy waits in the --handshake-queue")
+	fs.IntVar(&c.HandshakeQueue, "handshake-queue", loop.DefaultHandshakeQueue, "TLS handshakes that may wait for a --handshake-pool worker; beyond it the connection is closed at once")
+	fs.DurationVar(&c.HandshakeSilentTimeout, "handshake-silent-timeout", loop.DefaultHandshakeSilentTimeout, "time from accept to a wss:// client's first bytes (its ClientHello; after the PROXY header with --proxy-protocol); a client that started its handshake has --handshake-timeout")
 	fs.IntVar(&c.MaxConns, "max-conns", loop.DefaultMaxConns(), "connections open at once; an upgrade beyond it gets 503 with Retry-After: 1 (default: the open-file limit minus 128)")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "connections open at once from one client address; beyond it 503 (0: no limit)")
 	fs.Var(&listFlag{add: func(s string) error {
@@ -200,6 +203,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.cancelReply, "cancel-reply", "none", "what a cancelled request gets: none, or error (-32800)")
 	fs.StringVar(&o.registry, "registry", "", "OpenRPC `file` listing the methods (default: the built-in OECP v1 registry)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.IntVar(&o.logBuffer, "log-buffer-bytes", loop.DefaultLogBufferBytes, "logs wait for stderr in a buffer of this size; a line that finds it full is dropped and counted (edge_log_dropped_total), so logging never blocks")
 	fs.DurationVar(&o.workerIdle, "worker-idle", 5*time.Second, "idle time after which a backend worker goroutine exits")
 	fs.Var(&listFlag{add: func(s string) error {
 		sp, err := upstream.ParseSpec(s)
@@ -216,6 +220,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica, spread over the event loops (at least --loops keeps every call on its own loop)")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
+	fs.IntVar(&o.upstream.StderrRate, "upstream-stderr-rate", upstream.DefaultStderrRate, "stderr lines of an exec upstream logged per second (a burst of as many); the excess is counted and reported with the next line")
 	fs.StringVar(&o.topics.URL, "nats", "", "NATS server `URL` (nats://HOST:PORT): edge/publish on any edge reaches the edge/topic subscribers of every edge (off when empty)")
 	fs.StringVar(&o.topics.Prefix, "nats-prefix", topics.DefaultPrefix, "subject prefix of the topics over --nats: topic NAME is the subject PREFIX.topic.NAME")
 	fs.BoolVar(&o.topics.JetStream, "jetstream", false, "keep the topics of --nats in the JetStream stream PREFIX_topics (created if missing): cursors are stream sequences and edge/topic takes fromCursor")
@@ -283,6 +288,12 @@ func (o *options) check() []error {
 	}
 	if o.upstream.BackoffMax <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-backoff-max %s must be positive", o.upstream.BackoffMax))
+	}
+	if o.upstream.StderrRate <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-stderr-rate %d must be positive", o.upstream.StderrRate))
+	}
+	if o.logBuffer <= 0 {
+		errs = append(errs, fmt.Errorf("log-buffer-bytes %d must be positive", o.logBuffer))
 	}
 	if len(o.routes) > 0 && len(o.upstreams) == 0 {
 		errs = append(errs, errors.New("--route needs an --upstream"))
@@ -400,7 +411,11 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	scrubEnv(environ)
 	o := cfg.opts
 	level, _ := parseLevel(o.logLevel)
-	logger := newLogger(stderr, level)
+	// Logging never blocks (issue 24): a stderr nobody reads fills
+	// the LogWriter's buffer, not the event loops' turns.
+	logOut := loop.NewLogWriter(stderr, o.logBuffer)
+	defer logOut.Close(time.Second)
+	logger := newLogger(logOut, level)
 	o.upstream.Logger = logger
 	reg, ups, err := prepare(o)
 	if err != nil {
@@ -459,6 +474,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	var pages map[string]http.Handler // the admin listener's metrics and dashboard
 	if !o.stdio {
 		o.loop.Logger = logger
+		o.loop.LogDropped = logOut.Dropped
 		if gw, err = loop.New(o.loop, srv); err != nil {
 			return err
 		}
