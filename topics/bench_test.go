@@ -20,17 +20,36 @@ func (c *call) Params() []byte                  { return c.params }
 func (c *call) Stream() backend.Stream          { return nil }
 func (c *call) Finish(result []byte, err error) { c.done <- err }
 
+// mode names a test's or benchmark's run with JetStream or plain NATS.
+func mode(js bool) string {
+	if js {
+		return "jetstream"
+	}
+	return "nats"
+}
+
 // startTopics starts an embedded NATS server (with JetStream in a temp
 // dir when js) and Topics connected to it, both stopped at the end of tb,
 // and returns the topics and the server's URL.
 func startTopics(tb testing.TB, js bool) (*Topics, string) {
+	tb.Helper()
+	return startTopicsWith(tb, js, nil)
+}
+
+// startTopicsWith is startTopics with the topics' Config changed by set
+// (unless nil).
+func startTopicsWith(tb testing.TB, js bool, set func(*Config)) (*Topics, string) {
 	tb.Helper()
 	cfg := testnats.Config{}
 	if js {
 		cfg.StoreDir = tb.TempDir()
 	}
 	ns := testnats.StartWith(tb, cfg)
-	tops, err := New(Config{URL: ns.ClientURL(), JetStream: js})
+	tcfg := Config{URL: ns.ClientURL(), JetStream: js}
+	if set != nil {
+		set(&tcfg)
+	}
+	tops, err := New(tcfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -50,11 +69,7 @@ func startTopics(tb testing.TB, js bool) (*Topics, string) {
 // temp dir).
 func BenchmarkPublish(b *testing.B) {
 	for _, js := range []bool{false, true} {
-		name := "nats"
-		if js {
-			name = "jetstream"
-		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(mode(js), func(b *testing.B) {
 			tops, _ := startTopics(b, js)
 			c := &call{params: []byte(`{"name":"bench","data":{"x":1}}`), done: make(chan error, 1)}
 			b.ReportAllocs()

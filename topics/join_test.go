@@ -63,11 +63,7 @@ func (s *answerStream) EmitWait(_ context.Context, cursor, body []byte) bool {
 // 300 under load, its first events missing).
 func TestEventPublishedOnAnswerDelivered(t *testing.T) {
 	for _, js := range []bool{false, true} {
-		name := "nats"
-		if js {
-			name = "jetstream"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(mode(js), func(t *testing.T) {
 			tops, url := startTopics(t, js)
 			nc, err := nats.Connect(url)
 			if err != nil {

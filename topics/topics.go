@@ -164,7 +164,8 @@ type Topics struct {
 	pubData int               // guarded by mu: their bytes
 	visited int               // guarded by mu: subscriptions looked at to end subscriptions (the tests' work counter)
 
-	dropped atomic.Int64 // messages on the topics' subjects that were not a JSON value in UTF-8
+	status  atomic.Pointer[string] // what NotReady says, set by setStatusLocked
+	dropped atomic.Int64           // messages on the topics' subjects that were not a JSON value in UTF-8
 
 	wake    chan struct{}  // cap 1: ops or a state change for the writer
 	batches chan *pubBatch // cap maxPending: JetStream publishes for the acker, in order
@@ -219,10 +220,13 @@ func New(cfg Config) (*Topics, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	return &Topics{cfg: cfg, stream: StreamName(cfg.Prefix),
+	t := &Topics{cfg: cfg, stream: StreamName(cfg.Prefix),
 		subs: make(map[uint64]*sub), topics: make(map[string]*topic),
 		wake: make(chan struct{}, 1), batches: make(chan *pubBatch, maxPending),
-		quit: make(chan struct{}), done: make(chan struct{}), ackDone: make(chan struct{})}, nil
+		quit: make(chan struct{}), done: make(chan struct{}), ackDone: make(chan struct{})}
+	down := "not connected"
+	t.status.Store(&down)
+	return t, nil
 }
 
 // Subject is the NATS subject of topic name.
@@ -240,18 +244,23 @@ func (t *Topics) Ready() bool {
 // should be, "" when they are: NATS is not connected, the JetStream stream
 // is unusable, or it does not acknowledge publishes (which then answer
 // UPSTREAM_UNAVAILABLE). For /readyz. Safe for concurrent use.
-func (t *Topics) NotReady() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+func (t *Topics) NotReady() string { return *t.status.Load() }
+
+// setStatusLocked sets what NotReady says from up, openErr and stall.
+// Called with mu held, after a change of one of them.
+func (t *Topics) setStatusLocked() {
+	why := ""
 	switch {
-	case !t.up && t.openErr != "" && t.nc.IsConnected():
-		return "JetStream stream " + t.stream + " unusable: " + t.openErr
+	case !t.up && t.openErr != "":
+		why = "JetStream stream " + t.stream + " unusable: " + t.openErr
 	case !t.up:
-		return "not connected"
+		why = "not connected"
 	case t.stall != "":
-		return "JetStream stream " + t.stream + ": " + t.stall
+		why = "JetStream stream " + t.stream + ": " + t.stall
 	}
-	return ""
+	if why != *t.status.Load() {
+		t.status.Store(&why)
+	}
 }
 
 // Dropped is how many messages on the topics' subjects were dropped because
@@ -460,11 +469,14 @@ func (t *Topics) published(o op, err error) {
 // otherwise renew them on reconnect, for subscriptions that have ended.
 func (t *Topics) fail() {
 	t.mu.Lock()
+	t.openErr = "" // not connected says it all
 	if !t.up {
+		t.setStatusLocked()
 		t.mu.Unlock()
 		return
 	}
 	t.up, t.stall = false, ""
+	t.setStatusLocked()
 	queued := t.ops
 	t.ops = opQueue{}
 	var pubs []op

@@ -61,6 +61,7 @@ func (t *Topics) open() (bool, error) {
 	}
 	t.up = true
 	t.opens++
+	t.setStatusLocked()
 	return true, nil
 }
 
@@ -71,6 +72,7 @@ func (t *Topics) unusable(err error) bool {
 	defer t.mu.Unlock()
 	was := t.openErr
 	t.openErr = err.Error()
+	t.setStatusLocked()
 	return was == ""
 }
 
@@ -355,6 +357,7 @@ func (t *Topics) acked(log *slog.Logger, ok bool, failure error) {
 		t.stall = "publishes refused: " + failure.Error()
 	}
 	now := t.stall
+	t.setStatusLocked()
 	t.mu.Unlock()
 	switch {
 	case was == "" && now != "":
