@@ -2,8 +2,10 @@ package topics
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/openengine/edge/backend"
@@ -116,4 +118,59 @@ func BenchmarkCancel40k(b *testing.B) {
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-total/op")
 	b.ReportMetric(float64(each[len(each)-1].Microseconds()), "us-worst-cancel")
 	b.ReportMetric(float64(each[len(each)*999/1000].Microseconds()), "us-p99.9-cancel")
+}
+
+// TestWaitingSubscriptionExpires: an edge/topic is answered within Timeout
+// even when the writer does not get to it (here no writer runs at all: a
+// writer busy with slow NATS or JetStream API calls queued before it). A
+// live subscription waiting for its topic's NATS subscription and a replay
+// waiting for its consumer end UPSTREAM_TIMEOUT at Timeout, not before,
+// and leave nothing behind but the operations that undo theirs. Before,
+// they waited for the writer however long it took.
+func TestWaitingSubscriptionExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tops := openTopics(t)
+		tops.cfg.JetStream = true
+		live := &chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)}
+		replay := &chanCall{params: []byte(`{"name":"b","fromCursor":"3"}`), st: newGateStream(false), done: make(chan error, 1)}
+		tops.Forward(live)
+		tops.Forward(replay)
+
+		time.Sleep(tops.cfg.Timeout - time.Nanosecond)
+		synctest.Wait()
+		if len(live.done)+len(replay.done) != 0 {
+			t.Fatal("a subscription ended before Timeout")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		for name, c := range map[string]*chanCall{"live": live, "replay": replay} {
+			select {
+			case err := <-c.done:
+				if !errors.Is(err, backend.ErrUpstreamTimeout) {
+					t.Errorf("%s: ended %v, want UPSTREAM_TIMEOUT", name, err)
+				}
+			default:
+				t.Errorf("%s: not answered at Timeout", name)
+			}
+		}
+		tops.mu.Lock()
+		subs, topics := len(tops.subs), len(tops.topics)
+		tops.mu.Unlock()
+		if subs != 0 || topics != 0 {
+			t.Errorf("%d subscriptions, %d topics left", subs, topics)
+		}
+		var kinds []opKind
+		for ops, more := tops.take(); len(ops) > 0; ops, more = tops.take() {
+			for _, o := range ops {
+				kinds = append(kinds, o.kind)
+			}
+			if !more {
+				break
+			}
+		}
+		slices.Sort(kinds) // the two timers fire at the same instant, in either order
+		if want := []opKind{opSubscribe, opUnsubscribe, opReplay, opStopReplay}; !slices.Equal(kinds, want) {
+			t.Errorf("queued operations %v, want %v", kinds, want)
+		}
+	})
 }

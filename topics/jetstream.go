@@ -105,6 +105,7 @@ func (t *Topics) startReplay(log *slog.Logger, s *sub) bool {
 	if err == nil {
 		t.mu.Lock()
 		if live = s.state == subOpening; live {
+			s.expiry.Stop()
 			s.to(subReplaying)
 			establishLocked(s)
 		}

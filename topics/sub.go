@@ -3,6 +3,7 @@ package topics
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -78,6 +79,9 @@ type sub struct {
 	// Guarded by Topics.mu.
 	slot int
 	err  error // guarded by Topics.mu: set by endLocked, what s finishes with
+	// expiry (replay) ends s UPSTREAM_TIMEOUT if it is still opening
+	// Timeout after it was asked for. Guarded by Topics.mu.
+	expiry *time.Timer
 
 	// from is the fromCursor (JetStream): the subscription has its own
 	// ordered consumer from from+1. Immutable.
@@ -160,12 +164,14 @@ func (t *Topics) endLocked(s *sub, err error) {
 	case subLive:
 		tp.fan.leave(s)
 	case subOpening, subReplaying:
+		s.expiry.Stop()
 		s.cancel()
 		t.queueLocked(op{kind: opStopReplay, s: s})
 	}
 	if !s.replay {
 		tp.live--
 		if tp.live == 0 && !tp.gone {
+			tp.expiry.Stop()
 			tp.ready = false
 			t.queueLocked(op{kind: opUnsubscribe, t: tp})
 		}
@@ -174,6 +180,49 @@ func (t *Topics) endLocked(s *sub, err error) {
 		tp.gone = true
 		delete(t.topics, tp.name)
 	}
+}
+
+// expireWaiting ends tp's waiting subscribers UPSTREAM_TIMEOUT: the writer
+// did not get the topic's NATS subscription in place within Timeout (NATS,
+// or JetStream's API, answers slowly, or the writer is still busy with what
+// was queued before). If the writer gets it later, the topic has no live
+// subscriber left then, and the unsubscribe queued by endLocked follows.
+func (t *Topics) expireWaiting(tp *topic) {
+	t.mu.Lock()
+	var ended []*sub
+	if !tp.ready {
+		ended = t.endWaitingLocked(nil, tp, backend.ErrUpstreamTimeout)
+	}
+	t.mu.Unlock()
+	if len(ended) > 0 {
+		t.finish(ended...)
+	}
+}
+
+// expireOpening ends s, a replay, UPSTREAM_TIMEOUT if its consumer is not
+// in place yet; its context is cancelled, which stops the writer's wait.
+func (t *Topics) expireOpening(s *sub) {
+	t.mu.Lock()
+	opening := s.state == subOpening
+	if opening {
+		t.endLocked(s, backend.ErrUpstreamTimeout)
+	}
+	t.mu.Unlock()
+	if opening {
+		t.finish(s)
+	}
+}
+
+// endWaitingLocked ends the waiting subscriptions of tp with err, from the
+// last (each removal then moves nothing), and returns ended with them.
+// Called with mu held.
+func (t *Topics) endWaitingLocked(ended []*sub, tp *topic, err error) []*sub {
+	for i := len(tp.waiting) - 1; i >= 0; i-- {
+		s := tp.waiting[i]
+		t.endLocked(s, err)
+		ended = append(ended, s)
+	}
+	return ended
 }
 
 // finish tells the writer about the operations endLocked queued and

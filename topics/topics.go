@@ -188,6 +188,13 @@ type topic struct {
 	count   int    // established subscriptions of every kind (edge/publish's delivered)
 	ready   bool   // the NATS subscription is in place
 	gone    bool   // removed from Topics.topics
+	// expiry ends the waiting subscribers UPSTREAM_TIMEOUT if the NATS
+	// subscription is not in place Timeout after it was asked for.
+	expiry *time.Timer
+	// want numbers the subscribe operations queued: only the result of
+	// the last may make the topic ready (an earlier one's subscription is
+	// removed by the unsubscribe queued after it).
+	want uint64
 	// Writer-owned:
 	nsub *nats.Subscription       // core NATS
 	cons jetstream.ConsumeContext // JetStream: the topic's live ordered consumer
@@ -202,6 +209,7 @@ type op struct {
 	name    string       // opPublish
 	subject string       // opPublish
 	data    []byte       // opPublish
+	want    uint64       // opSubscribe: topic.want when queued
 }
 
 type opKind uint8
@@ -392,6 +400,7 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 	case s.replay:
 		s.state = subOpening
 		t.queueLocked(op{kind: opReplay, t: tp, s: s})
+		s.expiry = time.AfterFunc(t.cfg.Timeout, func() { t.expireOpening(s) })
 	case tp.ready:
 		tp.live++
 		t.joinLocked(s)
@@ -399,7 +408,9 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 		tp.live++
 		waitLocked(s)
 		if tp.live == 1 {
-			t.queueLocked(op{kind: opSubscribe, t: tp})
+			tp.want++
+			t.queueLocked(op{kind: opSubscribe, t: tp, want: tp.want})
+			tp.expiry = time.AfterFunc(t.cfg.Timeout, func() { t.expireWaiting(tp) })
 		}
 	}
 	t.mu.Unlock()

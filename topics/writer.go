@@ -100,14 +100,14 @@ func (t *Topics) flushOps(log *slog.Logger) {
 }
 
 func (t *Topics) apply(log *slog.Logger, ops []op) {
-	var subscribed []*topic
+	var subscribed []op
 	var pubs []op
 	var batch *pubBatch
 	for _, o := range ops {
 		switch o.kind {
 		case opSubscribe:
-			if t.subscribe(log, o.t) {
-				subscribed = append(subscribed, o.t)
+			if t.subscribe(log, o.t, o.want) {
+				subscribed = append(subscribed, o)
 			}
 		case opUnsubscribe:
 			t.unsubscribe(o.t)
@@ -166,15 +166,17 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 	}
 	var ended []*sub
 	t.mu.Lock()
-	for _, tp := range subscribed {
-		if tp.gone || tp.live == 0 {
+	for _, o := range subscribed {
+		tp := o.t
+		if tp.gone || tp.live == 0 || o.want != tp.want {
 			continue
 		}
 		if err != nil {
 			// NATS may not have the subscription: nothing is promised.
-			ended = t.endWaitingLocked(ended, tp)
+			ended = t.endWaitingLocked(ended, tp, backend.ErrUpstreamUnavailable)
 			continue
 		}
+		tp.expiry.Stop()
 		tp.ready = true
 		for _, s := range tp.waiting {
 			t.joinLocked(s)
@@ -188,24 +190,13 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 	}
 }
 
-// endWaitingLocked ends the waiting subscriptions of tp
-// UPSTREAM_UNAVAILABLE, from the last (each removal then moves nothing),
-// and returns ended with them. Called with mu held.
-func (t *Topics) endWaitingLocked(ended []*sub, tp *topic) []*sub {
-	for i := len(tp.waiting) - 1; i >= 0; i-- {
-		s := tp.waiting[i]
-		t.endLocked(s, backend.ErrUpstreamUnavailable)
-		ended = append(ended, s)
-	}
-	return ended
-}
-
 // subscribe creates tp's NATS subscription (JetStream: its live ordered
-// consumer) and reports whether it did. A topic already ended is skipped;
-// a failure ends its waiting subscribers UPSTREAM_UNAVAILABLE.
-func (t *Topics) subscribe(log *slog.Logger, tp *topic) bool {
+// consumer) and reports whether it did. A topic already ended, or for
+// which another subscribe was queued since this one (want), is skipped; a
+// failure ends its waiting subscribers UPSTREAM_UNAVAILABLE.
+func (t *Topics) subscribe(log *slog.Logger, tp *topic, want uint64) bool {
 	t.mu.Lock()
-	skip := tp.gone || tp.live == 0
+	skip := tp.gone || tp.live == 0 || want != tp.want
 	t.mu.Unlock()
 	if skip {
 		return false
@@ -221,7 +212,7 @@ func (t *Topics) subscribe(log *slog.Logger, tp *topic) bool {
 	}
 	log.Warn("nats topics: subscribe failed", "topic", tp.name, "err", err)
 	t.mu.Lock()
-	ended := t.endWaitingLocked(nil, tp)
+	ended := t.endWaitingLocked(nil, tp, backend.ErrUpstreamUnavailable)
 	t.mu.Unlock()
 	t.finish(ended...)
 	return false
