@@ -3,7 +3,7 @@
 // <prefix>.topic.<name>, and every edge holding subscribers of that name
 // has one NATS subscription for it (one per topic per edge, created with the
 // first local subscriber, removed after the last), whose messages are fanned
-// out locally to the subscribers' streams (backend.Fanout). With JetStream,
+// out locally to the subscribers' streams (fanout.go). With JetStream,
 // the topics are kept in a stream, the cursor is the stream sequence, and a
 // subscription may start from a cursor (jetstream.go).
 //
@@ -12,8 +12,33 @@
 // queue what must reach NATS (subscribe, unsubscribe, publish) for the one
 // writer goroutine, which does it and completes the calls: a subscription
 // is established once NATS has its subscription, a publish is answered
-// once NATS (or JetStream) accepted it. NATS delivers each topic's messages
-// on nats.go's goroutine of that topic's subscription.
+// once NATS (or JetStream) accepted it. With JetStream an acker goroutine
+// waits for the acknowledgements, one deadline per batch, so that the
+// writer never does (writer.go). NATS delivers each topic's messages on
+// nats.go's goroutine of that topic's subscription, which fans them out to
+// a snapshot of the topic's subscribers (fanout.go). Each subscription has
+// a typed state with a checked transition table and ends through one
+// function, which visits it and its topic only (sub.go): a Cancel costs
+// the same whatever the number of subscriptions.
+//
+// Locks, in the order they may be taken (never the other way round):
+//
+//	Topics.mu -> fanout.mu     a join or leave of a topic's fan-out, by a
+//	                           loop (Forward, Cancel), the writer, an
+//	                           expiry timer or nats.go's callbacks
+//	Topics.mu -> stream.mu     Stream.Establish (rpc's stream) sends a
+//	                           subscription's response under Topics.mu, so
+//	                           that it follows its join (joinLocked)
+//	fanout.pub -> fanout.mu    a publish takes its snapshot of the members
+//	fanout.pub -> stream.mu    Stream.Emit during a fan-out, with neither
+//	                           Topics.mu nor fanout.mu held
+//
+// stream.mu is rpc's: only rpc takes locks under it (budget.mu in
+// EmitWait), and the stream releases it before it posts to its loop
+// (eventLoop.mu). Topics.mu is never held while calling into nats.go, whose
+// callbacks (connection state, errors, messages) take it; the writer and
+// the acker call NATS without it. backend.Fanout.mu is the memory
+// backend's and is not taken here.
 //
 // Guarantees: without JetStream, delivery is at most once (a message
 // published while an edge is not subscribed, or while its connection is
