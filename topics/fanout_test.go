@@ -1,27 +1,40 @@
 package topics
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 )
 
 // chanCall is an edge/topic call on stream st whose Finish is sent on done.
+// A second Finish panics.
 type chanCall struct {
-	params []byte
-	st     backend.Stream
-	done   chan error
+	params   []byte
+	st       backend.Stream
+	done     chan error
+	finished atomic.Bool
 }
 
-func (c *chanCall) Method() string                  { return "edge/topic" }
-func (c *chanCall) Params() []byte                  { return c.params }
-func (c *chanCall) Stream() backend.Stream          { return c.st }
-func (c *chanCall) Finish(result []byte, err error) { c.done <- err }
+func (c *chanCall) Method() string         { return "edge/topic" }
+func (c *chanCall) Params() []byte         { return c.params }
+func (c *chanCall) Stream() backend.Stream { return c.st }
+
+func (c *chanCall) Finish(result []byte, err error) {
+	if c.finished.Swap(true) {
+		panic("edge/topic call finished twice")
+	}
+	c.done <- err
+}
 
 // gateStream is a backend.Stream that closes established on its response,
 // and whose first Emit closes entered and then waits for release (a
@@ -128,5 +141,77 @@ func TestCancelDuringFanOut(t *testing.T) {
 	}()
 	if !within(done, 5*time.Second) {
 		t.Fatal("Cancel and Forward waited for a fan-out in progress (Topics.mu held behind the fan-out's lock)")
+	}
+}
+
+// TestStaleSubscribeNotReady: a topic's live consumer (JetStream; with
+// plain NATS the topic itself goes with its last subscriber) that the
+// writer made for live subscribers who have all gone meanwhile is removed
+// by the unsubscribe queued after it; a new live subscriber who came
+// meanwhile must wait for the subscribe queued for it, not be answered on
+// the old one. Answered on the old one, an event published after its
+// response but before the new consumer existed was lost: the new one
+// starts after the stream's last event. A replay keeps the topic; the
+// writer is held (hookSubscribe) in the first subscribe while the first
+// live subscriber is cancelled and a second one comes, and in the second
+// subscribe while a client publishes an event: if the second subscriber
+// was answered by then, it must get that event.
+func TestStaleSubscribeNotReady(t *testing.T) {
+	tops, url := startTopics(t, true)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	replay := newGateStream(false)
+	tops.Forward(&chanCall{params: []byte(`{"name":"h","fromCursor":"0"}`), st: replay, done: make(chan error, 1)})
+	if !within(replay.established, 10*time.Second) {
+		t.Fatal("the replay was never answered")
+	}
+
+	entered, release := make(chan int), make(chan struct{})
+	calls := 0
+	tops.hookSubscribe = func() {
+		calls++
+		entered <- calls
+		<-release
+	}
+	first := &chanCall{params: []byte(`{"name":"h"}`), st: newGateStream(false), done: make(chan error, 1)}
+	tk := tops.Forward(first)
+	if n := <-entered; n != 1 {
+		t.Fatalf("subscribe %d, want 1", n)
+	}
+	tk.Cancel()
+	second := newGateStream(false)
+	tops.Forward(&chanCall{params: []byte(`{"name":"h"}`), st: second, done: make(chan error, 1)})
+	release <- struct{}{}
+
+	if n := <-entered; n != 2 {
+		t.Fatalf("subscribe %d, want 2", n)
+	}
+	answered := within(second.established, 0)
+	if _, err := js.Publish(ctx, tops.Subject("h"), []byte(`{"i":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	release <- struct{}{}
+
+	if !within(second.established, 10*time.Second) {
+		t.Fatal("the second subscriber was never answered")
+	}
+	if _, err := js.Publish(ctx, tops.Subject("h"), []byte(`{"i":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the event after the response delivered", func() (bool, string) {
+		got := second.bodies()
+		return len(got) > 0 && bytes.Contains(got[len(got)-1], []byte(`{"i":2}`)), "events: " + strings.Join(strs(got), " | ")
+	})
+	if got := second.bodies(); answered && !bytes.Contains(got[0], []byte(`{"i":1}`)) {
+		t.Fatalf("answered before the event {\"i\":1} was published, then got only %q", strs(got))
 	}
 }

@@ -105,7 +105,7 @@ func (t *Topics) startReplay(log *slog.Logger, s *sub) bool {
 	if err == nil {
 		t.mu.Lock()
 		if live = s.state == subOpening; live {
-			s.expiry.Stop()
+			stop(s.expiry)
 			s.to(subReplaying)
 			establishLocked(s)
 		}

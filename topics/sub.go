@@ -164,14 +164,14 @@ func (t *Topics) endLocked(s *sub, err error) {
 	case subLive:
 		tp.fan.leave(s)
 	case subOpening, subReplaying:
-		s.expiry.Stop()
+		stop(s.expiry)
 		s.cancel()
 		t.queueLocked(op{kind: opStopReplay, s: s})
 	}
 	if !s.replay {
 		tp.live--
 		if tp.live == 0 && !tp.gone {
-			tp.expiry.Stop()
+			stop(tp.expiry)
 			tp.ready = false
 			t.queueLocked(op{kind: opUnsubscribe, t: tp})
 		}
@@ -179,6 +179,13 @@ func (t *Topics) endLocked(s *sub, err error) {
 	if tp.refs == 0 && !tp.gone {
 		tp.gone = true
 		delete(t.topics, tp.name)
+	}
+}
+
+// stop stops tm, if there is one.
+func stop(tm *time.Timer) {
+	if tm != nil {
+		tm.Stop()
 	}
 }
 

@@ -199,6 +199,10 @@ type Topics struct {
 	ackDone chan struct{}       // the acker returned
 	nc      *nats.Conn          // set by Start
 	js      jetstream.JetStream // set by Start with JetStream
+
+	// hookSubscribe, set by tests before the first subscription, is
+	// called by the writer before it makes a topic's NATS subscription.
+	hookSubscribe func()
 }
 
 // topic is one name with subscribers on this edge.

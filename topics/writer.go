@@ -176,7 +176,7 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 			ended = t.endWaitingLocked(ended, tp, backend.ErrUpstreamUnavailable)
 			continue
 		}
-		tp.expiry.Stop()
+		stop(tp.expiry)
 		tp.ready = true
 		for _, s := range tp.waiting {
 			t.joinLocked(s)
@@ -200,6 +200,9 @@ func (t *Topics) subscribe(log *slog.Logger, tp *topic, want uint64) bool {
 	t.mu.Unlock()
 	if skip {
 		return false
+	}
+	if t.hookSubscribe != nil {
+		t.hookSubscribe()
 	}
 	var err error
 	if t.js != nil {
