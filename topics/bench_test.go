@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testnats"
@@ -19,6 +22,22 @@ func (c *call) Method() string                  { return "edge/publish" }
 func (c *call) Params() []byte                  { return c.params }
 func (c *call) Stream() backend.Stream          { return nil }
 func (c *call) Finish(result []byte, err error) { c.done <- err }
+
+// connect connects a NATS client of the test to url (closed at the end of
+// tb) with its JetStream context.
+func connect(tb testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return nc, js
+}
 
 // mode names a test's or benchmark's run with JetStream or plain NATS.
 func mode(js bool) string {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/internal/poll"
@@ -158,15 +157,7 @@ func TestCancelDuringFanOut(t *testing.T) {
 // was answered by then, it must get that event.
 func TestStaleSubscribeNotReady(t *testing.T) {
 	tops, url := startTopics(t, true)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := connect(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	replay := newGateStream(false)

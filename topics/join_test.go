@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/openengine/edge/backend"
 )
 
@@ -65,15 +62,7 @@ func TestEventPublishedOnAnswerDelivered(t *testing.T) {
 	for _, js := range []bool{false, true} {
 		t.Run(mode(js), func(t *testing.T) {
 			tops, url := startTopics(t, js)
-			nc, err := nats.Connect(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			pubJS, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			nc, pubJS := connect(t, url)
 			// The first subscriber waits for the topic's NATS
 			// subscription; the second joins the topic in place.
 			for i := 1; i <= 2; i++ {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/internal/poll"
@@ -38,15 +37,7 @@ func TestJetStreamStallAnswersInTime(t *testing.T) {
 	const timeout = time.Second
 	const bound = 3 * timeout
 	tops, url := startTopicsWith(t, true, func(c *Config) { c.Timeout = timeout })
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := connect(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
