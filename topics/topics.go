@@ -199,6 +199,7 @@ type Topics struct {
 	ackDone chan struct{}       // the acker returned
 	nc      *nats.Conn          // set by Start
 	js      jetstream.JetStream // set by Start with JetStream
+	used    []op                // writer-owned: the last batch, given back to ops by the next take
 
 	// hookSubscribe, set by tests before the first subscription, is
 	// called by the writer before it makes a topic's NATS subscription.
@@ -338,19 +339,30 @@ func (t *Topics) queueLocked(o op) { t.ops.push(o) }
 // however long the queue grows while the writer is busy).
 type opQueue struct {
 	chunks [][]op
+	spare  []op // a chunk the writer is done with, for the next push to reuse
 }
 
 func (q *opQueue) push(o op) {
 	n := len(q.chunks)
 	if n == 0 || len(q.chunks[n-1]) >= maxBatch {
-		q.chunks = append(q.chunks, make([]op, 0, 16))
+		c := q.spare
+		q.spare = nil
+		if c == nil {
+			c = make([]op, 0, 16)
+		}
+		q.chunks = append(q.chunks, c)
 		n++
 	}
 	q.chunks[n-1] = append(q.chunks[n-1], o)
 }
 
-// pop takes the oldest chunk; more says whether others follow.
-func (q *opQueue) pop() (ops []op, more bool) {
+// pop takes the oldest chunk, and done, the chunk of the writer's last
+// batch, for reuse; more says whether other chunks follow.
+func (q *opQueue) pop(done []op) (ops []op, more bool) {
+	if cap(done) > 0 && q.spare == nil {
+		clear(done)
+		q.spare = done[:0]
+	}
 	if len(q.chunks) == 0 {
 		return nil, false
 	}

@@ -76,11 +76,14 @@ func (t *Topics) unusable(err error) bool {
 	return was == ""
 }
 
-// take hands the writer up to maxBatch queued operations.
+// take hands the writer up to maxBatch queued operations, taking back the
+// memory of the last batch. Writer only.
 func (t *Topics) take() ([]op, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.ops.pop()
+	ops, more := t.ops.pop(t.used)
+	t.used = ops
+	return ops, more
 }
 
 // flushOps does the queued operations, in batches: every publish and
