@@ -123,3 +123,40 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestRefusedPublishKeepsReady: a publish the stream refuses (an event
+// over the stream's largest message) is answered UPSTREAM_UNAVAILABLE at
+// once, and the stream, which answered, stays ready: a client must not be
+// able to take an edge out of service by publishing something too large.
+func TestRefusedPublishKeepsReady(t *testing.T) {
+	tops, url := startTopics(t, true)
+	_, js := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, tops.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := st.CachedInfo().Config
+	scfg.MaxMsgSize = 64
+	if _, err := js.UpdateStream(ctx, scfg); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: the acker answers a batch, then records how the stream
+	// answered it, before it takes the next, so once the second answer is
+	// in, the first batch's record is made.
+	for i := range 2 {
+		c := publishCall(tops, "s", `"`+strings.Repeat("x", 100)+`"`)
+		select {
+		case err := <-c.done:
+			if !errors.Is(err, backend.ErrUpstreamUnavailable) {
+				t.Fatalf("publish %d over the stream's largest message: %v, want UPSTREAM_UNAVAILABLE", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publish %d not answered", i)
+		}
+	}
+	if why := tops.NotReady(); why != "" {
+		t.Fatalf("after a refused publish NotReady says %q", why)
+	}
+}

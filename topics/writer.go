@@ -294,19 +294,23 @@ func (t *Topics) acker(log *slog.Logger) {
 func (t *Topics) awaitAcks(log *slog.Logger, b *pubBatch) {
 	tm := time.NewTimer(time.Until(b.start.Add(t.cfg.Timeout)))
 	defer tm.Stop()
-	late, acked := false, false
+	late, answered := false, false
+	var why string
 	var failure error
 	for i, f := range b.acks {
 		err := waitAck(f, tm.C, t.quit, &late)
 		if err != nil {
 			failure = err
 			log.Debug("nats topics: publish failed", "subject", b.pubs[i].subject, "err", err)
-		} else {
-			acked = true
+		}
+		a, w := t.ackState(err)
+		answered = answered || a
+		if w != "" {
+			why = w
 		}
 		t.published(b.pubs[i], err)
 	}
-	t.acked(log, acked, failure)
+	t.acked(log, answered, why, failure)
 }
 
 // waitAck waits for f's acknowledgement until deadline fires or quit is
@@ -333,25 +337,40 @@ func waitAck(f jetstream.PubAckFuture, deadline <-chan time.Time, quit <-chan st
 	}
 }
 
-// acked records how the stream answered a batch: one acknowledgement says
-// it acknowledges; none, with a failure, that it does not, which /readyz
+// ackState classifies a publish's outcome: the stream answered it (its
+// acknowledgement, or its refusal of that one message, a JetStream API
+// error), or the failure says why the stream answers no publish, or
+// neither (the connection's loss, which fail handles).
+func (t *Topics) ackState(err error) (answered bool, why string) {
+	var refused *jetstream.APIError
+	switch {
+	case err == nil || errors.As(err, &refused):
+		return true, ""
+	case errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		return false, "no publish acknowledged within " + t.cfg.Timeout.String()
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return false, "no stream takes the topics' subjects"
+	}
+	return false, ""
+}
+
+// acked records how the stream answered a batch: one answer says it
+// answers; none, with a reason why, that it does not, which /readyz
 // reports (NotReady) and which lets one publish at a time out until it
-// acknowledges again. The change is logged, not each batch.
-func (t *Topics) acked(log *slog.Logger, ok bool, failure error) {
-	if !ok && failure == nil {
+// answers again. A refusal of one message (too large for the stream, say)
+// changes nothing: a client cannot make the edge unready. The change is
+// logged, not each batch.
+func (t *Topics) acked(log *slog.Logger, answered bool, why string, failure error) {
+	if !answered && why == "" {
 		return
 	}
 	t.mu.Lock()
 	was := t.stall
 	switch {
-	case ok:
+	case answered:
 		t.stall = ""
-	case !t.up:
-		// fail ended everything; the next connection starts afresh.
-	case errors.Is(failure, errNoAck) || errors.Is(failure, jetstream.ErrAsyncPublishTimeout):
-		t.stall = "no publish acknowledged within " + t.cfg.Timeout.String()
-	default:
-		t.stall = "publishes refused: " + failure.Error()
+	case t.up: // else fail ended everything; the next connection starts afresh
+		t.stall = why
 	}
 	now := t.stall
 	t.setStatusLocked()
