@@ -174,3 +174,35 @@ func TestWaitingSubscriptionExpires(t *testing.T) {
 		}
 	})
 }
+
+// TestLateExpiryLeavesNewSubscribers: a topic's expiry timer that fired
+// as its waiting subscriber was cancelled, and got Topics.mu only after a
+// new subscriber had come (a replay keeps the topic meanwhile), must not
+// end the newcomer, whose own subscribe and timer were just queued. The
+// late timer is run here by hand, at the point where it would have got the
+// lock.
+func TestLateExpiryLeavesNewSubscribers(t *testing.T) {
+	tops := openTopics(t)
+	tops.cfg.JetStream = true
+	tops.Forward(&chanCall{params: []byte(`{"name":"a","fromCursor":"0"}`), st: newGateStream(false), done: make(chan error, 1)})
+	first := tops.Forward(&chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)})
+	tops.mu.Lock()
+	tp, want := tops.topics["a"], tops.topics["a"].want
+	tops.mu.Unlock()
+	first.Cancel()
+	second := &chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)}
+	tops.Forward(second)
+
+	tops.expireWaiting(tp, want) // the first subscriber's timer, late
+	select {
+	case err := <-second.done:
+		t.Fatalf("the new subscriber ended %v by the timer of the one before", err)
+	default:
+	}
+	tops.mu.Lock()
+	defer tops.mu.Unlock()
+	stop(tp.expiry)
+	for _, s := range tops.subs {
+		stop(s.expiry)
+	}
+}

@@ -194,10 +194,13 @@ func stop(tm *time.Timer) {
 // or JetStream's API, answers slowly, or the writer is still busy with what
 // was queued before). If the writer gets it later, the topic has no live
 // subscriber left then, and the unsubscribe queued by endLocked follows.
-func (t *Topics) expireWaiting(tp *topic) {
+// want is the subscribe the timer was started for: a timer that fired as
+// its subscribers went, and took mu only after another subscribe was
+// queued for new ones, leaves them to their own timer.
+func (t *Topics) expireWaiting(tp *topic, want uint64) {
 	t.mu.Lock()
 	var ended []*sub
-	if !tp.ready {
+	if !tp.ready && tp.want == want {
 		ended = t.endWaitingLocked(nil, tp, backend.ErrUpstreamTimeout)
 	}
 	t.mu.Unlock()

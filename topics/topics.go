@@ -450,8 +450,9 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 		waitLocked(s)
 		if tp.live == 1 {
 			tp.want++
-			t.queueLocked(op{kind: opSubscribe, t: tp, want: tp.want})
-			tp.expiry = time.AfterFunc(t.cfg.Timeout, func() { t.expireWaiting(tp) })
+			want := tp.want
+			t.queueLocked(op{kind: opSubscribe, t: tp, want: want})
+			tp.expiry = time.AfterFunc(t.cfg.Timeout, func() { t.expireWaiting(tp, want) })
 		}
 	}
 	t.mu.Unlock()
