@@ -94,8 +94,10 @@ type Config struct {
 	JetStream bool
 	MaxAge    time.Duration // JetStream: events older than this are removed (default 24h)
 	MaxBytes  int64         // JetStream: the oldest events go beyond this size (default 1 GiB)
-	// Timeout bounds each wait on NATS: a publish's flush or JetStream
-	// acknowledgement, a subscription's set-up (default 5s).
+	// Timeout bounds each wait on NATS: a publish's flush, a batch of
+	// JetStream acknowledgements (one deadline for the batch), a
+	// subscription's set-up; an edge/topic not established by then ends
+	// UPSTREAM_TIMEOUT (default 5s).
 	Timeout    time.Duration
 	BackoffMax time.Duration // longest wait between reconnects (default 5s)
 	Logger     *slog.Logger
