@@ -349,7 +349,11 @@ func (q *opQueue) push(o op) {
 	if n == 0 || len(q.chunks[n-1]) >= maxBatch {
 		c := q.spare
 		q.spare = nil
-		if c == nil {
+		switch {
+		case c != nil:
+		case n > 0: // a long queue: a full chunk at once
+			c = make([]op, 0, maxBatch)
+		default:
 			c = make([]op, 0, 16)
 		}
 		q.chunks = append(q.chunks, c)
