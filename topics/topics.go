@@ -81,7 +81,7 @@ const (
 	openRetry        = 250 * time.Millisecond
 	maxBatch         = 1024
 	publishQueueSize = 64 << 20 // bytes of publishes queued or unacknowledged before new ones are refused
-	maxPending       = 4096     // publishes queued or unacknowledged before new ones are refused
+	maxPending       = 4096     // JetStream publishes queued or unacknowledged before new ones are refused
 )
 
 // Config configures Topics.
@@ -490,7 +490,7 @@ func (t *Topics) publish(c backend.Call, name string, data []byte) {
 	// While the stream does not acknowledge, one publish at a time goes
 	// out to find out whether it does again; the others are refused at
 	// once rather than each waiting out the timeout.
-	if !t.up || t.pubData+len(data) > publishQueueSize || t.pubs >= maxPending || t.stall != "" && t.pubs > 0 {
+	if !t.up || t.pubData+len(data) > publishQueueSize || t.cfg.JetStream && t.pubs >= maxPending || t.stall != "" && t.pubs > 0 {
 		t.mu.Unlock()
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
