@@ -77,8 +77,8 @@ func (t *Topics) consumeLive(tp *topic) error {
 		return err
 	}
 	tp.cons, err = cons.Consume(func(m jetstream.Msg) {
-		if seq, data, ok := event(m); ok {
-			tp.fan.PublishSeq(seq, data)
+		if seq, data, ok := t.event(tp, m); ok {
+			tp.fan.publishSeq(seq, data)
 		}
 	}, jetstream.ConsumeErrHandler(t.consumeErr))
 	return err
@@ -90,7 +90,7 @@ func (t *Topics) consumeLive(tp *topic) error {
 // UPSTREAM_UNAVAILABLE.
 func (t *Topics) startReplay(log *slog.Logger, s *sub) bool {
 	t.mu.Lock()
-	live := t.subs[s.id] == s
+	live := s.state == subOpening
 	t.mu.Unlock()
 	if !live {
 		return false
@@ -104,8 +104,10 @@ func (t *Topics) startReplay(log *slog.Logger, s *sub) bool {
 	})
 	if err == nil {
 		t.mu.Lock()
-		if live = t.subs[s.id] == s; live {
-			t.establishLocked(s)
+		if live = s.state == subOpening; live {
+			stop(s.expiry)
+			s.to(subReplaying)
+			establishLocked(s)
 		}
 		t.mu.Unlock()
 		if !live {
@@ -142,7 +144,7 @@ func (t *Topics) replay(s *sub, it jetstream.MessagesContext) {
 			}
 			return
 		}
-		seq, data, ok := event(m)
+		seq, data, ok := t.event(s.t, m)
 		if !ok {
 			continue
 		}
@@ -154,17 +156,16 @@ func (t *Topics) replay(s *sub, it jetstream.MessagesContext) {
 	}
 }
 
-// end removes s, if it is still there, and finishes it with err.
+// end ends s with err unless it has ended already.
 func (t *Topics) end(s *sub, err error) {
 	t.mu.Lock()
-	live := t.subs[s.id] == s
+	live := s.state != subEnded
 	if live {
-		t.removeLocked(s)
+		t.endLocked(s, err)
 	}
 	t.mu.Unlock()
 	if live {
-		t.signal()
-		s.c.Finish(nil, err)
+		t.finish(s)
 	}
 }
 
@@ -174,11 +175,11 @@ func (t *Topics) consumeErr(_ jetstream.ConsumeContext, err error) {
 	t.cfg.Logger.Debug("nats topics: consumer", "err", err)
 }
 
-// event is a stored message's stream sequence and data, false for what is
-// not a JSON value (published by something other than an edge).
-func event(m jetstream.Msg) (int64, []byte, bool) {
+// event is a stored message of tp's subject's stream sequence and data,
+// false for what is not a JSON value in UTF-8 (see valid).
+func (t *Topics) event(tp *topic, m jetstream.Msg) (int64, []byte, bool) {
 	md, err := m.Metadata()
-	if err != nil || !jsonValid(m.Data()) {
+	if err != nil || !t.valid(tp, m.Data()) {
 		return 0, nil, false
 	}
 	return int64(md.Sequence.Stream), m.Data(), true

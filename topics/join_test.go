@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/openengine/edge/backend"
 )
 
@@ -63,21 +60,9 @@ func (s *answerStream) EmitWait(_ context.Context, cursor, body []byte) bool {
 // 300 under load, its first events missing).
 func TestEventPublishedOnAnswerDelivered(t *testing.T) {
 	for _, js := range []bool{false, true} {
-		name := "nats"
-		if js {
-			name = "jetstream"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(mode(js), func(t *testing.T) {
 			tops, url := startTopics(t, js)
-			nc, err := nats.Connect(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			pubJS, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			nc, pubJS := connect(t, url)
 			// The first subscriber waits for the topic's NATS
 			// subscription; the second joins the topic in place.
 			for i := 1; i <= 2; i++ {

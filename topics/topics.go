@@ -3,7 +3,7 @@
 // <prefix>.topic.<name>, and every edge holding subscribers of that name
 // has one NATS subscription for it (one per topic per edge, created with the
 // first local subscriber, removed after the last), whose messages are fanned
-// out locally to the subscribers' streams (backend.Fanout). With JetStream,
+// out locally to the subscribers' streams (fanout.go). With JetStream,
 // the topics are kept in a stream, the cursor is the stream sequence, and a
 // subscription may start from a cursor (jetstream.go).
 //
@@ -12,8 +12,33 @@
 // queue what must reach NATS (subscribe, unsubscribe, publish) for the one
 // writer goroutine, which does it and completes the calls: a subscription
 // is established once NATS has its subscription, a publish is answered
-// once NATS (or JetStream) accepted it. NATS delivers each topic's messages
-// on nats.go's goroutine of that topic's subscription.
+// once NATS (or JetStream) accepted it. With JetStream an acker goroutine
+// waits for the acknowledgements, one deadline per batch, so that the
+// writer never does (writer.go). NATS delivers each topic's messages on
+// nats.go's goroutine of that topic's subscription, which fans them out to
+// a snapshot of the topic's subscribers (fanout.go). Each subscription has
+// a typed state with a checked transition table and ends through one
+// function, which visits it and its topic only (sub.go): a Cancel costs
+// the same whatever the number of subscriptions.
+//
+// Locks, in the order they may be taken (never the other way round):
+//
+//	Topics.mu -> fanout.mu     a join or leave of a topic's fan-out, by a
+//	                           loop (Forward, Cancel), the writer, an
+//	                           expiry timer or nats.go's callbacks
+//	Topics.mu -> stream.mu     Stream.Establish (rpc's stream) sends a
+//	                           subscription's response under Topics.mu, so
+//	                           that it follows its join (joinLocked)
+//	fanout.pub -> fanout.mu    a publish takes its snapshot of the members
+//	fanout.pub -> stream.mu    Stream.Emit during a fan-out, with neither
+//	                           Topics.mu nor fanout.mu held
+//
+// stream.mu is rpc's: only rpc takes locks under it (budget.mu in
+// EmitWait), and the stream releases it before it posts to its loop
+// (eventLoop.mu). Topics.mu is never held while calling into nats.go, whose
+// callbacks (connection state, errors, messages) take it; the writer and
+// the acker call NATS without it. backend.Fanout.mu is the memory
+// backend's and is not taken here.
 //
 // Guarantees: without JetStream, delivery is at most once (a message
 // published while an edge is not subscribed, or while its connection is
@@ -31,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -40,7 +66,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/openengine/edge/backend"
-	"github.com/openengine/edge/codec"
 	"github.com/openengine/edge/internal/redact"
 )
 
@@ -56,7 +81,8 @@ const (
 	maxPingsOut      = 2
 	openRetry        = 250 * time.Millisecond
 	maxBatch         = 1024
-	publishQueueSize = 64 << 20 // bytes of publishes queued before new ones are refused
+	publishQueueSize = 64 << 20 // bytes of publishes queued or unacknowledged before new ones are refused
+	maxPending       = 4096     // JetStream publishes queued or unacknowledged before new ones are refused
 )
 
 // Config configures Topics.
@@ -69,8 +95,10 @@ type Config struct {
 	JetStream bool
 	MaxAge    time.Duration // JetStream: events older than this are removed (default 24h)
 	MaxBytes  int64         // JetStream: the oldest events go beyond this size (default 1 GiB)
-	// Timeout bounds each wait on NATS: a publish's flush or JetStream
-	// acknowledgement, a subscription's set-up (default 5s).
+	// Timeout bounds each wait on NATS: a publish's flush, a batch of
+	// JetStream acknowledgements (one deadline for the batch), a
+	// subscription's set-up; an edge/topic not established by then ends
+	// UPSTREAM_TIMEOUT (default 5s).
 	Timeout    time.Duration
 	BackoffMax time.Duration // longest wait between reconnects (default 5s)
 	Logger     *slog.Logger
@@ -155,49 +183,55 @@ type Topics struct {
 	mu      sync.Mutex
 	up      bool              // guarded by mu: connected (and the stream exists)
 	opens   uint64            // guarded by mu: times up became true
+	openErr string            // guarded by mu: why the JetStream stream is unusable, "" once it was usable
+	stall   string            // guarded by mu: why the stream does not acknowledge publishes, "" when it does
 	nextID  uint64            // guarded by mu: last subscription ticket id
 	subs    map[uint64]*sub   // guarded by mu: subscriptions by ticket id
 	topics  map[string]*topic // guarded by mu: topics with subscribers here
-	ops     []op              // guarded by mu: for the writer, in order
-	opBytes int               // guarded by mu: publish bytes in ops
+	ops     opQueue           // guarded by mu: for the writer, in order
+	pubs    int               // guarded by mu: publishes accepted and not answered yet
+	pubData int               // guarded by mu: their bytes
+	visited int               // guarded by mu: subscriptions looked at to end subscriptions (the tests' work counter)
 
-	wake chan struct{} // cap 1: ops or a state change for the writer
-	quit chan struct{}
-	done chan struct{}
-	nc   *nats.Conn          // set by Start
-	js   jetstream.JetStream // set by Start with JetStream
+	status  atomic.Pointer[string] // what NotReady says, set by setStatusLocked
+	dropped atomic.Int64           // messages on the topics' subjects that were not a JSON value in UTF-8
+
+	wake    chan struct{}  // cap 1: ops or a state change for the writer
+	batches chan *pubBatch // cap maxPending: JetStream publishes for the acker, in order
+	quit    chan struct{}
+	done    chan struct{}       // the writer returned
+	ackDone chan struct{}       // the acker returned
+	nc      *nats.Conn          // set by Start
+	js      jetstream.JetStream // set by Start with JetStream
+	used    []op                // writer-owned: the last batch, given back to ops by the next take
+
+	// hookSubscribe, set by tests before the first subscription, is
+	// called by the writer before it makes a topic's NATS subscription.
+	hookSubscribe func()
 }
 
 // topic is one name with subscribers on this edge.
 type topic struct {
-	name    string
-	subject string
-	fan     backend.Fanout // the established live subscribers
+	name    string // immutable
+	subject string // immutable
+	fan     fanout // the live subscribers, established
 	// Guarded by Topics.mu:
+	refs    int    // subscriptions of every kind, not ended: the topic goes with the last
 	live    int    // live subscribers (not fromCursor), established or waiting
-	waiting []*sub // live subscribers waiting for the NATS subscription
+	waiting []*sub // live subscribers waiting for the NATS subscription (sub.slot indexes it)
 	count   int    // established subscriptions of every kind (edge/publish's delivered)
 	ready   bool   // the NATS subscription is in place
 	gone    bool   // removed from Topics.topics
+	// expiry ends the waiting subscribers UPSTREAM_TIMEOUT if the NATS
+	// subscription is not in place Timeout after it was asked for.
+	expiry *time.Timer
+	// want numbers the subscribe operations queued: only the result of
+	// the last may make the topic ready (an earlier one's subscription is
+	// removed by the unsubscribe queued after it).
+	want uint64
 	// Writer-owned:
 	nsub *nats.Subscription       // core NATS
 	cons jetstream.ConsumeContext // JetStream: the topic's live ordered consumer
-}
-
-// sub is one edge/topic subscription.
-type sub struct {
-	id  uint64
-	c   backend.Call
-	st  backend.Stream
-	t   *topic
-	est bool // guarded by Topics.mu: established
-	// from is the fromCursor (JetStream): the subscription has its own
-	// ordered consumer from from+1. Immutable.
-	from   uint64
-	replay bool
-	ctx    context.Context           // replay: cancelled when it ends
-	cancel context.CancelFunc        // replay
-	iter   jetstream.MessagesContext // writer-owned: the replay's iterator
 }
 
 // op is one thing for the writer to do.
@@ -209,6 +243,7 @@ type op struct {
 	name    string       // opPublish
 	subject string       // opPublish
 	data    []byte       // opPublish
+	want    uint64       // opSubscribe: topic.want when queued
 }
 
 type opKind uint8
@@ -227,9 +262,13 @@ func New(cfg Config) (*Topics, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	return &Topics{cfg: cfg, stream: StreamName(cfg.Prefix), shown: redact.URLs(cfg.URL),
+	t := &Topics{cfg: cfg, stream: StreamName(cfg.Prefix), shown: redact.URLs(cfg.URL),
 		subs: make(map[uint64]*sub), topics: make(map[string]*topic),
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}, nil
+		wake: make(chan struct{}, 1), batches: make(chan *pubBatch, maxPending),
+		quit: make(chan struct{}), done: make(chan struct{}), ackDone: make(chan struct{})}
+	down := "not connected"
+	t.status.Store(&down)
+	return t, nil
 }
 
 // Subject is the NATS subject of topic name.
@@ -242,6 +281,34 @@ func (t *Topics) Ready() bool {
 	defer t.mu.Unlock()
 	return t.up
 }
+
+// NotReady says why edge/topic and edge/publish are not served as they
+// should be, "" when they are: NATS is not connected, the JetStream stream
+// is unusable, or it does not acknowledge publishes (which then answer
+// UPSTREAM_UNAVAILABLE). For /readyz. Safe for concurrent use.
+func (t *Topics) NotReady() string { return *t.status.Load() }
+
+// setStatusLocked sets what NotReady says from up, openErr and stall.
+// Called with mu held, after a change of one of them.
+func (t *Topics) setStatusLocked() {
+	why := ""
+	switch {
+	case !t.up && t.openErr != "":
+		why = "JetStream stream " + t.stream + " unusable: " + t.openErr
+	case !t.up:
+		why = "not connected"
+	case t.stall != "":
+		why = "JetStream stream " + t.stream + ": " + t.stall
+	}
+	if why != *t.status.Load() {
+		t.status.Store(&why)
+	}
+}
+
+// Dropped is how many messages on the topics' subjects were dropped because
+// they are not one JSON value in valid UTF-8 (published by something other
+// than an edge). Safe for concurrent use.
+func (t *Topics) Dropped() int64 { return t.dropped.Load() }
 
 // Opens is how many times the topics became usable: once at start, once
 // more after each loss of NATS. Who restarts NATS waits for it to grow
@@ -269,9 +336,49 @@ func (t *Topics) signal() {
 }
 
 // queueLocked adds o for the writer. Called with mu held.
-func (t *Topics) queueLocked(o op) {
-	t.ops = append(t.ops, o)
-	t.opBytes += len(o.data)
+func (t *Topics) queueLocked(o op) { t.ops.push(o) }
+
+// opQueue is the writer's queue: chunks of up to maxBatch operations, so
+// that adding one never copies the queue (a hold of Topics.mu stays short
+// however long the queue grows while the writer is busy).
+type opQueue struct {
+	chunks [][]op
+	spare  []op // a chunk the writer is done with, for the next push to reuse
+}
+
+func (q *opQueue) push(o op) {
+	n := len(q.chunks)
+	if n == 0 || len(q.chunks[n-1]) >= maxBatch {
+		c := q.spare
+		q.spare = nil
+		switch {
+		case c != nil:
+		case n > 0: // a long queue: a full chunk at once
+			c = make([]op, 0, maxBatch)
+		default:
+			c = make([]op, 0, 16)
+		}
+		q.chunks = append(q.chunks, c)
+		n++
+	}
+	q.chunks[n-1] = append(q.chunks[n-1], o)
+}
+
+// pop takes the oldest chunk, and done, the chunk of the writer's last
+// batch, for reuse; more says whether other chunks follow.
+func (q *opQueue) pop(done []op) (ops []op, more bool) {
+	if cap(done) > 0 && q.spare == nil {
+		clear(done)
+		q.spare = done[:0]
+	}
+	if len(q.chunks) == 0 {
+		return nil, false
+	}
+	ops = q.chunks[0]
+	n := copy(q.chunks, q.chunks[1:])
+	q.chunks[n] = nil
+	q.chunks = q.chunks[:n]
+	return ops, n > 0
 }
 
 type params struct {
@@ -337,17 +444,23 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 		t.topics[*p.Name] = tp
 	}
 	s.t = tp
+	tp.refs++
 	switch {
 	case s.replay:
+		s.state = subOpening
 		t.queueLocked(op{kind: opReplay, t: tp, s: s})
+		s.expiry = time.AfterFunc(t.cfg.Timeout, func() { t.expireOpening(s) })
 	case tp.ready:
 		tp.live++
 		t.joinLocked(s)
 	default:
 		tp.live++
-		tp.waiting = append(tp.waiting, s)
+		waitLocked(s)
 		if tp.live == 1 {
-			t.queueLocked(op{kind: opSubscribe, t: tp})
+			tp.want++
+			want := tp.want
+			t.queueLocked(op{kind: opSubscribe, t: tp, want: want})
+			tp.expiry = time.AfterFunc(t.cfg.Timeout, func() { t.expireWaiting(tp, want) })
 		}
 	}
 	t.mu.Unlock()
@@ -355,27 +468,9 @@ func (t *Topics) Forward(c backend.Call) backend.Ticket {
 	return backend.NewTicket(t, s.id)
 }
 
-// joinLocked makes s, a live subscription, one of its topic's subscribers
-// and then sends its success response: the other way round, an event
-// published by the client right after the response (and delivered by NATS
-// before the join) was lost. Called with mu held.
-func (t *Topics) joinLocked(s *sub) {
-	s.t.fan.Join(s.st)
-	t.establishLocked(s)
-}
-
-// establishLocked sends s's success response. Called with mu held.
-func (t *Topics) establishLocked(s *sub) {
-	s.est = true
-	s.t.count++
-	res := append(make([]byte, 0, 32), `{"subscriptionId":`...)
-	res = codec.AppendQuote(res, s.st.ID())
-	s.st.Establish(append(res, '}'))
-}
-
 // Cancel implements backend.Canceller: the subscription ended on the
 // gateway's side (cancelled, its connection closed, SLOW_CONSUMER). Runs on
-// a loop.
+// a loop; O(1): it visits the subscription and its topic only.
 func (t *Topics) Cancel(id uint64) {
 	t.mu.Lock()
 	s := t.subs[id]
@@ -383,55 +478,9 @@ func (t *Topics) Cancel(id uint64) {
 		t.mu.Unlock()
 		return
 	}
-	t.removeLocked(s)
+	t.endLocked(s, nil)
 	t.mu.Unlock()
-	t.signal()
-	s.c.Finish(nil, nil)
-}
-
-// removeLocked takes s out of the tables, queueing what NATS must be told.
-// Called with mu held.
-func (t *Topics) removeLocked(s *sub) {
-	delete(t.subs, s.id)
-	tp := s.t
-	if s.est {
-		tp.count--
-	}
-	if s.replay {
-		s.cancel()
-		t.queueLocked(op{kind: opStopReplay, s: s})
-	} else {
-		tp.live--
-		if s.est {
-			tp.fan.Leave(s.st)
-		} else {
-			for i, w := range tp.waiting {
-				if w == s {
-					tp.waiting = append(tp.waiting[:i], tp.waiting[i+1:]...)
-					break
-				}
-			}
-		}
-		if tp.live == 0 {
-			tp.ready = false
-			t.queueLocked(op{kind: opUnsubscribe, t: tp})
-		}
-	}
-	if tp.live == 0 && tp.count == 0 && !hasReplay(t.subs, tp) && !tp.gone {
-		tp.gone = true
-		delete(t.topics, tp.name)
-	}
-}
-
-// hasReplay reports whether a replay subscription of tp waits to be
-// established. Called with mu held; replays are few.
-func hasReplay(subs map[uint64]*sub, tp *topic) bool {
-	for _, s := range subs {
-		if s.t == tp && s.replay && !s.est {
-			return true
-		}
-	}
-	return false
+	t.finish(s)
 }
 
 // publish queues an edge/publish. Runs on a loop.
@@ -440,24 +489,38 @@ func (t *Topics) publish(c backend.Call, name string, data []byte) {
 		data = []byte("null")
 	}
 	t.mu.Lock()
-	if !t.up || t.opBytes+len(data) > publishQueueSize {
+	// While the stream does not acknowledge, one publish at a time goes
+	// out to find out whether it does again; the others are refused at
+	// once rather than each waiting out the timeout.
+	if !t.up || t.pubData+len(data) > publishQueueSize || t.cfg.JetStream && t.pubs >= maxPending || t.stall != "" && t.pubs > 0 {
 		t.mu.Unlock()
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
+	t.pubs++
+	t.pubData += len(data)
 	t.queueLocked(op{kind: opPublish, c: c, name: name, subject: t.Subject(name), data: data})
 	t.mu.Unlock()
 	t.signal()
 }
 
-// delivered is the number of this edge's established subscriptions of name.
-func (t *Topics) delivered(name string) int {
+// published answers the publish o: with err UPSTREAM_UNAVAILABLE, else
+// {"delivered":n}, n the number of this edge's established subscriptions
+// of its topic. Every accepted publish is answered here, once.
+func (t *Topics) published(o op, err error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tp := t.topics[name]; tp != nil {
-		return tp.count
+	t.pubs--
+	t.pubData -= len(o.data)
+	n := 0
+	if tp := t.topics[o.name]; tp != nil {
+		n = tp.count
 	}
-	return 0
+	t.mu.Unlock()
+	if err != nil {
+		o.c.Finish(nil, backend.ErrUpstreamUnavailable)
+		return
+	}
+	o.c.Finish(backend.AppendDelivered(nil, n), nil)
 }
 
 // fail marks NATS down and ends everything (CONTRACT.md section 13):
@@ -467,43 +530,37 @@ func (t *Topics) delivered(name string) int {
 // otherwise renew them on reconnect, for subscriptions that have ended.
 func (t *Topics) fail() {
 	t.mu.Lock()
+	t.openErr = "" // not connected says it all
 	if !t.up {
+		t.setStatusLocked()
 		t.mu.Unlock()
 		return
 	}
-	t.up = false
-	subs, topics, ops := t.subs, t.topics, t.ops
-	t.subs, t.topics, t.ops, t.opBytes = make(map[uint64]*sub), make(map[string]*topic), nil, 0
-	for _, o := range ops {
-		switch o.kind {
-		case opUnsubscribe, opStopReplay:
-			t.queueLocked(o)
+	t.up, t.stall = false, ""
+	t.setStatusLocked()
+	queued := t.ops
+	t.ops = opQueue{}
+	var pubs []op
+	for _, ops := range queued.chunks {
+		for _, o := range ops {
+			switch o.kind {
+			case opUnsubscribe, opStopReplay:
+				t.queueLocked(o)
+			case opPublish:
+				pubs = append(pubs, o)
+			}
 		}
 	}
-	for _, tp := range topics {
-		tp.gone, tp.ready, tp.waiting = true, false, nil
-		t.queueLocked(op{kind: opUnsubscribe, t: tp})
-	}
-	for _, s := range subs {
-		if s.replay {
-			s.cancel()
-			t.queueLocked(op{kind: opStopReplay, s: s})
-		}
+	ended := make([]*sub, 0, len(t.subs))
+	for _, s := range t.subs {
+		t.endLocked(s, lossErr(s))
+		ended = append(ended, s)
 	}
 	t.mu.Unlock()
-	t.signal()
-	for _, o := range ops {
-		if o.kind == opPublish {
-			o.c.Finish(nil, backend.ErrUpstreamUnavailable)
-		}
+	for _, o := range pubs {
+		t.published(o, nats.ErrConnectionClosed)
 	}
-	for _, s := range subs {
-		if s.est {
-			s.c.Finish(nil, backend.ErrUpstreamLost)
-		} else {
-			s.c.Finish(nil, backend.ErrUpstreamUnavailable)
-		}
-	}
+	t.finish(ended...)
 }
 
 // Start connects to NATS (nats.go keeps reconnecting) and starts the
@@ -550,7 +607,12 @@ func (t *Topics) Start() error {
 	}
 	t.nc = nc
 	if t.cfg.JetStream {
-		if t.js, err = jetstream.New(nc); err != nil {
+		// nats.go forgets a publish not acknowledged in Timeout (it
+		// would otherwise keep it, and a stalled stream would fill its
+		// table); it never holds more than the topics let out, so that
+		// PublishAsync never waits for room.
+		if t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(t.cfg.Timeout),
+			jetstream.WithPublishAsyncMaxPending(2*maxPending)); err != nil {
 			nc.Close()
 			return fmt.Errorf("nats %s: %w", t.shown, err)
 		}
@@ -558,6 +620,7 @@ func (t *Topics) Start() error {
 	if nc.IsConnected() {
 		up(nc)
 	}
+	go t.acker(log)
 	go t.run(log, ready, func() {
 		// Try again later: JetStream may not be ready just after the
 		// server (re)started.
@@ -577,22 +640,22 @@ func (t *Topics) lost(subject string) {
 	tp := t.topics[name]
 	var ended []*sub
 	if tp != nil {
-		for _, s := range t.subs {
-			if s.t == tp && !s.replay {
-				ended = append(ended, s)
-				t.removeLocked(s)
-			}
+		// One pass over the topic's live subscribers, from the end: each
+		// removal takes the last index, so nothing moves.
+		ended = make([]*sub, 0, tp.live)
+		for i := len(tp.waiting) - 1; i >= 0; i-- {
+			s := tp.waiting[i]
+			t.endLocked(s, lossErr(s))
+			ended = append(ended, s)
+		}
+		for i := len(tp.fan.members) - 1; i >= 0; i-- {
+			s := tp.fan.members[i]
+			t.endLocked(s, lossErr(s))
+			ended = append(ended, s)
 		}
 	}
 	t.mu.Unlock()
-	t.signal()
-	for _, s := range ended {
-		if s.est {
-			s.c.Finish(nil, backend.ErrUpstreamLost)
-		} else {
-			s.c.Finish(nil, backend.ErrUpstreamUnavailable)
-		}
-	}
+	t.finish(ended...)
 }
 
 // Close stops the writer and closes the NATS connection; every
@@ -603,246 +666,14 @@ func (t *Topics) Close() {
 	}
 	close(t.quit)
 	<-t.done
+	<-t.ackDone
 	t.fail()
+	for len(t.batches) > 0 { // the writer and the acker have returned
+		for _, o := range (<-t.batches).pubs {
+			t.published(o, nats.ErrConnectionClosed)
+		}
+	}
 	t.nc.Close()
-}
-
-// run is the writer: it marks the topics up once NATS is (JetStream: once
-// the stream exists) and does the queued operations.
-func (t *Topics) run(log *slog.Logger, ready <-chan struct{}, retry func()) {
-	defer close(t.done)
-	for {
-		select {
-		case <-t.quit:
-			return
-		case <-ready:
-			if !t.nc.IsConnected() {
-				continue
-			}
-			switch opened, err := t.open(); {
-			case err != nil:
-				log.Warn("nats topics: JetStream stream unusable", "stream", t.stream, "err", err)
-				retry()
-			case opened:
-				log.Info("nats topics: connected", "prefix", t.cfg.Prefix)
-			}
-		case <-t.wake:
-			t.flushOps(log)
-		}
-	}
-}
-
-// open marks the topics up, with JetStream once the stream is there, and
-// reports whether they were down; an error says the stream is not usable
-// (yet).
-func (t *Topics) open() (bool, error) {
-	if t.cfg.JetStream {
-		if err := t.ensureStream(); err != nil {
-			return false, err
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.up {
-		return false, nil
-	}
-	t.up = true
-	t.opens++
-	return true, nil
-}
-
-// take hands the writer up to maxBatch queued operations.
-func (t *Topics) take() ([]op, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := min(len(t.ops), maxBatch)
-	ops := make([]op, n)
-	copy(ops, t.ops)
-	rest := copy(t.ops, t.ops[n:])
-	clear(t.ops[rest:])
-	t.ops = t.ops[:rest]
-	for _, o := range ops {
-		t.opBytes -= len(o.data)
-	}
-	return ops, rest > 0
-}
-
-// flushOps does the queued operations, in batches: every publish and
-// subscription of a batch, then one round trip to NATS (a flush; with
-// JetStream the acknowledgements) before the calls are completed.
-func (t *Topics) flushOps(log *slog.Logger) {
-	for {
-		ops, more := t.take()
-		if len(ops) == 0 {
-			return
-		}
-		t.apply(log, ops)
-		if !more {
-			return
-		}
-	}
-}
-
-func (t *Topics) apply(log *slog.Logger, ops []op) {
-	var subscribed []*topic
-	var pubs []op
-	var acks []jetstream.PubAckFuture
-	for _, o := range ops {
-		switch o.kind {
-		case opSubscribe:
-			if t.subscribe(log, o.t) {
-				subscribed = append(subscribed, o.t)
-			}
-		case opUnsubscribe:
-			t.unsubscribe(o.t)
-		case opReplay:
-			t.startReplay(log, o.s)
-		case opStopReplay:
-			if o.s.iter != nil {
-				o.s.iter.Stop()
-				o.s.iter = nil
-			}
-		case opPublish:
-			if t.js != nil {
-				f, err := t.js.PublishAsync(o.subject, o.data)
-				if err != nil {
-					log.Debug("nats topics: publish refused", "subject", o.subject, "err", err)
-					o.c.Finish(nil, backend.ErrUpstreamUnavailable)
-					continue
-				}
-				acks = append(acks, f)
-			} else if err := t.nc.Publish(o.subject, o.data); err != nil {
-				log.Debug("nats topics: publish refused", "subject", o.subject, "err", err)
-				o.c.Finish(nil, backend.ErrUpstreamUnavailable)
-				continue
-			}
-			pubs = append(pubs, o)
-		}
-	}
-	var err error
-	switch {
-	case t.js != nil || len(pubs)+len(subscribed) == 0:
-		// JetStream: each publish has its acknowledgement, and a
-		// consumer exists once created.
-	case !t.nc.IsConnected():
-		// A flush would wait out its timeout; the connection's loss ends
-		// the rest (fail).
-		err = nats.ErrConnectionClosed
-	default:
-		err = t.nc.FlushTimeout(t.cfg.Timeout)
-	}
-	for i, o := range pubs {
-		perr := err
-		if t.js != nil {
-			perr = waitAck(acks[i], t.cfg.Timeout)
-		}
-		if perr != nil {
-			log.Debug("nats topics: publish failed", "subject", o.subject, "err", perr)
-			o.c.Finish(nil, backend.ErrUpstreamUnavailable)
-			continue
-		}
-		o.c.Finish(backend.AppendDelivered(nil, t.delivered(o.name)), nil)
-	}
-	var failed []*sub
-	t.mu.Lock()
-	for _, tp := range subscribed {
-		if tp.gone || tp.live == 0 {
-			continue
-		}
-		if err != nil {
-			// NATS may not have the subscription: nothing is promised.
-			waiting := tp.waiting
-			tp.waiting = nil
-			failed = append(failed, waiting...)
-			for _, s := range waiting {
-				t.removeLocked(s)
-			}
-			continue
-		}
-		tp.ready = true
-		for _, s := range tp.waiting {
-			t.joinLocked(s)
-		}
-		tp.waiting = nil
-	}
-	t.mu.Unlock()
-	if len(failed) > 0 {
-		t.signal()
-	}
-	for _, s := range failed {
-		s.c.Finish(nil, backend.ErrUpstreamUnavailable)
-	}
-}
-
-// subscribe creates tp's NATS subscription (JetStream: its live ordered
-// consumer) and reports whether it did. A topic already ended is skipped;
-// a failure ends its waiting subscribers UPSTREAM_UNAVAILABLE.
-func (t *Topics) subscribe(log *slog.Logger, tp *topic) bool {
-	t.mu.Lock()
-	skip := tp.gone || tp.live == 0
-	t.mu.Unlock()
-	if skip {
-		return false
-	}
-	var err error
-	if t.js != nil {
-		err = t.consumeLive(tp)
-	} else {
-		tp.nsub, err = t.nc.Subscribe(tp.subject, func(m *nats.Msg) { t.deliver(tp, m.Data) })
-	}
-	if err == nil {
-		return true
-	}
-	log.Warn("nats topics: subscribe failed", "topic", tp.name, "err", err)
-	t.mu.Lock()
-	waiting := tp.waiting
-	tp.waiting = nil
-	for _, s := range waiting {
-		t.removeLocked(s)
-	}
-	t.mu.Unlock()
-	for _, s := range waiting {
-		s.c.Finish(nil, backend.ErrUpstreamUnavailable)
-	}
-	return false
-}
-
-// unsubscribe removes tp's NATS subscription or consumer.
-func (t *Topics) unsubscribe(tp *topic) {
-	if tp.nsub != nil {
-		_ = tp.nsub.Unsubscribe()
-		tp.nsub = nil
-	}
-	if tp.cons != nil {
-		tp.cons.Stop()
-		tp.cons = nil
-	}
-}
-
-// deliver fans one message of a plain NATS topic out to its subscribers.
-// Runs on nats.go's goroutine of the topic's subscription. What is not a
-// JSON value (published by something other than an edge) is dropped.
-func (t *Topics) deliver(tp *topic, data []byte) {
-	if jsonValid(data) {
-		tp.fan.Publish(data)
-	}
-}
-
-// jsonValid reports whether data is one JSON value.
-func jsonValid(data []byte) bool { return json.Valid(data) }
-
-// waitAck waits for a JetStream publish acknowledgement.
-func waitAck(f jetstream.PubAckFuture, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return err
-	case <-tm.C:
-		return errors.New("nats topics: no JetStream acknowledgement in time")
-	}
 }
 
 // Route returns the forwarder choice of the gateway with the topics: edge

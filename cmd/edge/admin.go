@@ -91,8 +91,10 @@ func (r *readiness) reasons() []string {
 			out = append(out, fmt.Sprintf("upstream %s: %d of %d connections up", u.Name(), up, total))
 		}
 	}
-	if r.topics != nil && !r.topics.Ready() {
-		out = append(out, r.topics.Describe()+": not connected")
+	if r.topics != nil {
+		if why := r.topics.NotReady(); why != "" {
+			out = append(out, r.topics.Describe()+": "+why)
+		}
 	}
 	return out
 }

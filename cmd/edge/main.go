@@ -441,6 +441,9 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if o.topics.URL != "" {
 		o.topics.Logger = logger
 		o.topics.BackoffMax = o.upstream.BackoffMax
+		// Every wait on NATS (a publish's acknowledgement, a
+		// subscription's set-up) ends within --upstream-timeout.
+		o.topics.Timeout = min(topics.DefaultTimeout, o.upstream.Timeout)
 		if tops, err = topics.New(o.topics); err != nil {
 			return err
 		}
