@@ -30,7 +30,16 @@ import (
 // onto the loop, closes the net.Conn, and returns once the loop has run
 // OnOpen; the context value it is given (the listener's binding) is
 // Conn.Context() in OnOpen. Since each acceptor waits for its registration,
-// none is still queued when the loops stop.
+// none is still queued when the loops stop. A wss:// listener's acceptor
+// does not wait: each registration runs on a goroutine of its own (at most
+// maxEnrolling at once), counted in Server.accepting like the acceptor, so
+// Close still waits for them before it stops the loops. Waiting for a loop
+// costs two goroutine switches per socket, which under CPU load (a storm of
+// TLS clients, whose handshakes are work) took 20 ms on average and up to
+// 3.5 s: the acceptor took about 50 sockets a second, the rest waited in
+// the listen backlog, where no --handshake-timeout runs and which the
+// handshake queue's bound never sheds. Such a registration gives up the
+// spare descriptor the acceptor held when it accepted the socket.
 //
 // A registration needs a second descriptor for a moment (the dup), so an
 // acceptor holds a spare one (/dev/null) and accepts only while it has it:
@@ -64,6 +73,10 @@ type acceptor struct {
 	proto proto            // immutable: the binding, Conn.Context() in OnOpen
 	hs    *handshakers     // immutable: TLS handshake workers, nil without TLS (tls.go)
 	wake  chan struct{}    // capacity 1: a connection closed while paused
+	// enrolling holds a slot per wss:// registration in flight (enroll);
+	// failed has the error of one that failed, for the acceptor to pause.
+	enrolling chan struct{} // capacity maxEnrolling
+	failed    chan error    // capacity 1
 
 	spare    int           // reserve descriptor, -1 when not held
 	timer    *time.Timer   // pause timer, nil until the first pause
@@ -93,6 +106,9 @@ func newAcceptor(s *Server, ln *net.TCPListener, p proto) *acceptor {
 		proto: p,
 		wake:  make(chan struct{}, 1),
 		spare: -1,
+		// enrolling and failed serve a wss:// listener only (register).
+		enrolling: make(chan struct{}, maxEnrolling),
+		failed:    make(chan error, 1),
 	}
 }
 
@@ -101,7 +117,12 @@ func (a *acceptor) run() {
 	defer a.srv.accepting.Done()
 	defer a.dropSpare()
 	for {
-		err := a.reserve()
+		var err error
+		select {
+		case err = <-a.failed: // a wss:// registration (enroll)
+		default:
+			err = a.reserve()
+		}
 		if err == nil {
 			var c *net.TCPConn
 			c, err = a.ln.AcceptTCP()
@@ -131,19 +152,56 @@ func (a *acceptor) run() {
 // it; c itself is closed. The spare descriptor is given up for the dup.
 // A wss:// connection goes to the loop before its TLS handshake, which
 // waits there for its first bytes (tls.go); it counts as accepted once its
-// handshake is done.
+// handshake is done. Its registration runs on a goroutine of its own
+// (enroll), and register returns at once, unless maxEnrolling are in flight.
 func (a *acceptor) register(c *net.TCPConn) error {
-	a.dropSpare()
-	var ctx any = a.proto
 	if a.hs != nil {
-		ctx = &tlsState{accepted: time.Now()}
+		a.enrolling <- struct{}{}
+		t := &tlsState{accepted: time.Now()}
+		if h := testHookTLSAccepted; h != nil {
+			h()
+		}
+		spare := a.spare
+		a.spare = -1
+		a.srv.accepting.Add(1) // while the acceptor's own count is held
+		go a.enroll(c, t, spare)
+		return nil
 	}
-	_, err := a.srv.cli.EnrollContext(c, ctx)
-	if err == nil && a.hs == nil {
+	a.dropSpare()
+	_, err := a.srv.cli.EnrollContext(c, a.proto)
+	if err == nil {
 		a.srv.accepted[a.proto-1].Add(1)
 	}
 	return err
 }
+
+// maxEnrolling bounds the wss:// registrations of an acceptor in flight:
+// a loop that is busy takes the ones queued meanwhile in one turn.
+const maxEnrolling = 64
+
+// enroll registers a wss:// socket on an event loop, giving up spare (the
+// acceptor's spare descriptor when it accepted c) for the dup. A failure
+// (no descriptor for the dup) makes the acceptor pause as if its own
+// registration had failed. Runs on its own goroutine.
+func (a *acceptor) enroll(c *net.TCPConn, t *tlsState, spare int) {
+	defer a.srv.accepting.Done()
+	defer func() { <-a.enrolling }()
+	if spare >= 0 {
+		_ = unix.Close(spare)
+	}
+	_, err := a.srv.cli.EnrollContext(c, t)
+	if err != nil {
+		select {
+		case a.failed <- err:
+		default:
+		}
+	}
+}
+
+// Test hooks, set before Start and cleared after Close: a wss:// socket
+// was accepted (the acceptor), a wss:// socket is being opened (OnOpen, on
+// its loop).
+var testHookTLSAccepted, testHookTLSOpen func()
 
 // reserve makes sure the spare descriptor is held.
 func (a *acceptor) reserve() error {

@@ -217,6 +217,9 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	peer := remoteAddr(c.RemoteAddr())
 	t, _ := c.Context().(*tlsState) // the wss:// acceptor's (tls.go)
 	if t != nil {
+		if h := testHookTLSOpen; h != nil {
+			h()
+		}
 		// Until its first bytes the connection has the silent peer's
 		// deadline; then the whole handshake timeout (tls.go).
 		w.tls = t

@@ -16,7 +16,8 @@ import (
 //
 // A TLS handshake blocks on the network and costs a signature, so it does
 // not run on an event loop. The acceptor enrolls an accepted socket on an
-// event loop at once (the context value a *tlsState without a tls.Conn),
+// event loop at once, without waiting for the loop (accept.go), (the
+// context value a *tlsState without a tls.Conn),
 // where it waits for its first bytes holding nothing but its descriptor: a
 // socket that sends nothing is closed at Config.HandshakeSilentTimeout after
 // the accept, so idle sockets cannot hold the handshake workers (issue 24).
