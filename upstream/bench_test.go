@@ -78,8 +78,10 @@ func BenchmarkLinkEvent(b *testing.B) {
 	l := newBenchLink(nil)
 	st := &benchStream{}
 	l.mu.Lock()
-	l.pending[1] = call{c: &benchCall{}, stream: st, live: true, upSub: "s9"}
-	l.subs["s9"] = 1
+	e := l.calls.add(1, &benchCall{}, st, 1, 2)
+	l.inflight.Add(1)
+	e.upSub = "s9"
+	l.moveLocked(e, callLive, byAnswer, nil, nil)
 	l.mu.Unlock()
 	ev := []byte(`{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":"s9","cursor":"12","seq":12,"data":"xxxxxxxxxxxxxxxx"}}`)
 	b.ReportAllocs()

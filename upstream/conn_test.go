@@ -67,7 +67,7 @@ func TestReadLinesLimits(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"result":{"ok":1}}` + "\r\n" +
 		`{"jsonrpc":"2.0","id":2,"result":{"ok":2}}` // no newline at the end
 	for _, chunk := range []int{1, 13, 64 << 10} {
-		c.result, c2.result = nil, nil
+		c.result, c2.result, c.errs, c2.errs = nil, nil, nil, nil // forwarded again
 		l.rd = reading{}
 		l.forward(c)
 		l.forward(c2)

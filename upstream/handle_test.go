@@ -27,6 +27,9 @@ func (c *recCall) Stream() backend.Stream {
 	return c.st
 }
 func (c *recCall) Finish(result []byte, err error) {
+	if len(c.errs) > 0 {
+		panic("upstream: call " + c.method + " finished twice")
+	}
 	c.result, c.errs = append(c.result, string(result)), append(c.errs, err)
 }
 

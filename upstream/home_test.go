@@ -55,23 +55,23 @@ func TestForwardStaysOnItsLoop(t *testing.T) {
 	for range 3 {
 		u.Forward(loops.home(1))
 	}
-	if loops.runs != 0 || len(l1.pending) != 3 || len(l0.pending) != 0 {
+	if loops.runs != 0 || l1.calls.len() != 3 || l0.calls.len() != 0 {
 		t.Fatalf("calls from loop 1: %d posted, %d on loop 1's link, %d on loop 0's; want 0, 3, 0",
-			loops.runs, len(l1.pending), len(l0.pending))
+			loops.runs, l1.calls.len(), l0.calls.len())
 	}
 	c := homedCall{recCall{method: "m"}, &countLoops{}, 1} // another gateway's loop 1
 	tk := u.Forward(&c)
-	if loops.runs != 1 || len(l0.pending) != 1 {
-		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, len(l0.pending))
+	if loops.runs != 1 || l0.calls.len() != 1 {
+		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, l0.calls.len())
 	}
 	tk.Cancel()
-	if loops.runs != 2 || !l0.pending[l0.nextID.Load()].dropped {
+	if loops.runs != 2 || l0.calls.get(l0.nextID.Load()).state != callDropped {
 		t.Fatalf("its cancel: %d posted (want 2), the call not marked dropped", loops.runs)
 	}
 	l1.fail()
 	u.Forward(loops.home(1))
-	if loops.runs != 3 || len(l0.pending) != 2 {
-		t.Fatalf("loop 1's link down: %d posted, %d on loop 0's link; want 3, 2", loops.runs, len(l0.pending))
+	if loops.runs != 3 || l0.calls.len() != 2 {
+		t.Fatalf("loop 1's link down: %d posted, %d on loop 0's link; want 3, 2", loops.runs, l0.calls.len())
 	}
 	if n := l0.inflight.Load(); n != 2 {
 		t.Fatalf("loop 0's link counts %d calls in flight, want 2", n)
@@ -103,7 +103,7 @@ func TestTimeoutFromAdmission(t *testing.T) {
 	if len(old.errs) != 1 || !errors.Is(old.errs[0], backend.ErrUpstreamTimeout) {
 		t.Fatalf("the call admitted a timeout ago: finished with %v, want UPSTREAM_TIMEOUT once", old.errs)
 	}
-	if len(fresh.errs) != 0 || len(l.pending) != 1 {
-		t.Fatalf("the call without a clock finished (%v) at its admission + timeout; %d pending", fresh.errs, len(l.pending))
+	if len(fresh.errs) != 0 || l.inflight.Load() != 1 {
+		t.Fatalf("the call without a clock finished (%v) at its admission + timeout; %d in flight", fresh.errs, l.inflight.Load())
 	}
 }

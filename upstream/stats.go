@@ -69,14 +69,4 @@ func (u *Upstream) Stats() Stats {
 	return st
 }
 
-// ended counts call e of link l, which ended with o at now: a call the
-// gateway had cancelled counts as cancelled whatever ended it. Its
-// duration runs from when it was sent, which its deadline tells.
-func (l *link) ended(e call, o outcome, now int64) {
-	if e.dropped {
-		o = outcomeCancelled
-	}
-	l.up.counters.ended(o, e.deadline-int64(l.up.cfg.Timeout), now)
-}
-
 func nowNanos() int64 { return time.Now().UnixNano() }
