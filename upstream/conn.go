@@ -44,7 +44,16 @@ func (s *supervisor) run() {
 	for {
 		c, ch, err := s.dial()
 		if err == nil {
-			if err = s.l.loops.Attach(s.l.home, c, s.l); err != nil && ch != nil {
+			opens := s.l.opens.Load()
+			err = s.l.loops.Attach(s.l.home, c, s.l)
+			if err == nil && s.l.opens.Load() == opens {
+				// The loop did not take it, yet said nothing (gnet's
+				// Enroll reports success when registering the
+				// descriptor with its poller failed): no Open, and no
+				// Closed will follow. A failed attempt.
+				err = errNotAttached
+			}
+			if err != nil && ch != nil {
 				ch.shutdown(0)
 			}
 		}
@@ -74,6 +83,10 @@ func (s *supervisor) run() {
 		}
 	}
 }
+
+// errNotAttached fails a connection that its loop did not take although
+// Attach reported no error.
+var errNotAttached = errors.New("the event loop did not take the connection")
 
 // dial connects (exec: starts the child, ch) and returns the connection.
 func (s *supervisor) dial() (net.Conn, *child, error) {
@@ -201,6 +214,7 @@ func (l *link) Open(c backend.WireConn) {
 	l.wc = c
 	l.rd = reading{}
 	l.open()
+	l.opens.Add(1)
 }
 
 // Closed implements backend.Wire: everything on the link is settled

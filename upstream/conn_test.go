@@ -1,15 +1,22 @@
 package upstream
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 )
 
 // TestWSReaderHugeFrameLengths is the regression test of two crashes a
@@ -189,3 +196,81 @@ func (c *paramsCall) Method() string         { return "edge/echo" }
 func (c *paramsCall) Params() []byte         { return c.params }
 func (c *paramsCall) Stream() backend.Stream { return nil }
 func (c *paramsCall) Finish([]byte, error)   {}
+
+// silentLoops is a goLoop whose first Attach does what gnet's Enroll does
+// when registering the descriptor with its poller fails: the connection is
+// closed, Open never runs, and no error is reported.
+type silentLoops struct {
+	*goLoop
+	attaches atomic.Int32
+}
+
+func (s *silentLoops) Attach(i int, c net.Conn, w backend.Wire) error {
+	if s.attaches.Add(1) == 1 {
+		c.Close()
+		return nil
+	}
+	return s.goLoop.Attach(i, c, w)
+}
+
+// TestAttachWithoutOpenRetries (issue 19 item 6): a connection the loop did
+// not take, although Attach reported no error, is not reported connected: it
+// counts as a failed attempt, and the supervisor reconnects after its
+// back-off (the old code logged "upstream connected" and waited for ever for
+// a close that could not come).
+func TestAttachWithoutOpenRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	var logs syncBuffer
+	u := New("t", []Replica{{Kind: TCP, URL: "tcp://" + ln.Addr().String(), Addr: ln.Addr().String()}},
+		Config{Conns: 1, BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	loops := &silentLoops{goLoop: newGoLoop()}
+	defer loops.stop()
+	u.StartOn(loops)
+	defer func() {
+		if !t.Failed() { // else Close would wait for ever for the close that cannot come
+			u.Close()
+		}
+	}()
+	poll.Until(t, 5*time.Second, "the upstream connected on the second attempt", func() (bool, string) {
+		up, _ := u.Connected()
+		return up == 1, fmt.Sprintf("%d attaches, %d up", loops.attaches.Load(), up)
+	})
+	if n := loops.attaches.Load(); n != 2 {
+		t.Fatalf("%d attaches, want 2", n)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "did not take the connection") || strings.Count(out, "upstream connected") != 1 {
+		t.Fatalf("logs do not report the failed attempt and one connection:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
