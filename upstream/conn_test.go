@@ -1,14 +1,12 @@
 package upstream
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,7 +231,7 @@ func TestAttachWithoutOpenRetries(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	var logs syncBuffer
+	var logs logBuffer
 	u := New("t", []Replica{{Kind: TCP, URL: "tcp://" + ln.Addr().String(), Addr: ln.Addr().String()}},
 		Config{Conns: 1, BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	loops := &silentLoops{goLoop: newGoLoop()}
@@ -255,22 +253,4 @@ func TestAttachWithoutOpenRetries(t *testing.T) {
 	if !strings.Contains(out, "did not take the connection") || strings.Count(out, "upstream connected") != 1 {
 		t.Fatalf("logs do not report the failed attempt and one connection:\n%s", out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
