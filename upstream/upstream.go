@@ -1,18 +1,3 @@
-// Package upstream puts edge in front of other JSON-RPC servers (CONTRACT.md
-// section 10): it forwards calls over exec children (NDJSON on stdio), TCP
-// (NDJSON), WebSocket, HTTP and NATS (section 13, nats.go), rewriting ids so that many client
-// connections share a few upstream connections.
-//
-// An Upstream is a backend.Forwarder. Forward runs on an event loop and never
-// waits for I/O: it appends the request to a connection's output buffer and
-// returns. The exec, tcp and ws connections live on the gateway's event
-// loops (backend.Loops, see link): a call from a session goes to a
-// connection its own loop owns when one is up, so the request is written in
-// the loop's flush and the answer is read, parsed and completed on that loop,
-// with no goroutine and no lock hand-off in between; a call from another loop
-// goes through the owning loop's task queue. A call in flight is one table
-// entry, not a goroutine (HTTP, whose protocol has no multiplexing, is the
-// exception: one request per call; NATS connections are nats.go's).
 package upstream
 
 import (
