@@ -120,7 +120,7 @@ func (r *readerFuzz) run(data []byte) {
 		out0 := len(r.l.out)
 		for _, line := range bytes.Split(data, []byte{'\n'}) {
 			r.cur = parseMessage(line)
-			r.l.handleLine(line, fuzzMax)
+			r.l.readLines(append(line[:len(line):len(line)], '\n'), fuzzMax)
 		}
 		r.cur = nil
 		// What edge answered the upstream (a -32601 per request) is
