@@ -58,7 +58,7 @@ func (c *counters) ended(o outcome, start, now int64) {
 	}
 }
 
-// Stats returns the upstream's counters. Safe for concurrent use.
+// Stats returns the upstream's counters. Concurrent.
 func (u *Upstream) Stats() Stats {
 	var st Stats
 	st.Up, st.Total = u.Connected()
