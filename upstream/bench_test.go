@@ -21,9 +21,6 @@ func (c *benchCall) Params() []byte         { return benchParams }
 func (c *benchCall) Stream() backend.Stream { return nil }
 func (c *benchCall) Finish([]byte, error)   { c.finished++ }
 
-// Admitted implements backend.Admitted, as the gateway's calls do: the
-// timeout is reckoned from the loop's clock of the turn.
-func (c *benchCall) Admitted() int64 { return 1 }
 func newBenchLink(frame func(dst, msg []byte) []byte) *link {
 	u := New("b", nil, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	l := newLink(u, "bench", frame, frame != nil)
@@ -44,7 +41,7 @@ func BenchmarkLinkRoundTrip(b *testing.B) {
 	var answer []byte
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		l.forward(c)
+		l.forward(c, 1) // admitted at 1: the timeout from the loop's clock of the turn, as the gateway's calls
 		l.Output()
 		answer = append(codec.AppendUint(append(answer[:0], `{"jsonrpc":"2.0","id":`...), uint64(i+1)), `,"result":{"a":1}}`+"\n"...)
 		if n, err := l.Traffic(answer); n != len(answer) || err != nil {
@@ -126,7 +123,7 @@ func BenchmarkNATSRequest(b *testing.B) {
 func BenchmarkLinkSweep(b *testing.B) {
 	l := newBenchLink(nil)
 	for range 1 << 16 {
-		l.forward(&benchCall{})
+		l.forward(&benchCall{}, 1)
 	}
 	l.Output()
 	b.ReportAllocs()

@@ -189,7 +189,7 @@ func TestOrphanedSubscription(t *testing.T) {
 	l := newLink(u, "t", nil, false)
 	l.open()
 	c := &recCall{method: "edge/ticks", st: &recStream{id: "s1"}}
-	l.forward(c)
+	l.forward(c, 0)
 	l.Output()
 	now := time.Now().Add(2 * time.Second).UnixNano()
 	l.sweep(now)
@@ -231,7 +231,7 @@ func TestSweepIsIndexed(t *testing.T) {
 	for i := range calls {
 		// Admitted out of order by up to 5 ms, as calls from several loops.
 		calls[i] = &admittedCall{recCall{method: "m"}, base + int64(i)*int64(time.Millisecond) - int64(i%5)*int64(time.Millisecond)}
-		l.forward(calls[i])
+		l.forward(calls[i], calls[i].at)
 	}
 	var prev int64
 	n := 0

@@ -74,8 +74,8 @@ func TestReadLinesLimits(t *testing.T) {
 	for _, chunk := range []int{1, 13, 64 << 10} {
 		c.result, c2.result, c.errs, c2.errs = nil, nil, nil, nil // forwarded again
 		l.rd = reading{}
-		l.forward(c)
-		l.forward(c2)
+		l.forward(c, 0)
+		l.forward(c2, 0)
 		id := l.nextID.Load()
 		in := strings.ReplaceAll(in, `"id":1`, fmt.Sprintf(`"id":%d`, id-1))
 		in = strings.ReplaceAll(in, `"id":2`, fmt.Sprintf(`"id":%d`, id))
@@ -157,7 +157,7 @@ func TestLinkWritesAtWriteAt(t *testing.T) {
 	big := &paramsCall{params: []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)}
 	const calls = 200 // about 200 KB: three writes past writeAt
 	for range calls {
-		l.forward(big)
+		l.forward(big, 0)
 		if len(l.out) >= writeAt {
 			t.Fatalf("output of %d bytes left for the flush, past writeAt %d", len(l.out), writeAt)
 		}

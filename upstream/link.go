@@ -112,9 +112,9 @@ func (l *link) signal() {
 
 // forward implements backend.Forwarder for this one link. Runs on the
 // link's loop (a NATS link: on any loop).
-func (l *link) forward(c backend.Call) backend.Ticket {
+func (l *link) forward(c backend.Call, admitted int64) backend.Ticket {
 	id := l.nextID.Add(1)
-	if !l.forwardID(c, id, false) {
+	if !l.forwardID(c, id, false, admitted) {
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(l, id)
@@ -124,31 +124,18 @@ func (l *link) forward(c backend.Call) backend.Ticket {
 // none), through the link's loop: the request is written there, and a
 // cancel follows it the same way (remote). Nothing of the link is touched
 // here but its id counter.
-func (l *link) forwardFrom(c backend.Call) backend.Ticket {
+func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
 	id := l.nextID.Add(1)
 	// Counted in flight from now, so that the calls picked before the loop
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
-	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true) }) {
+	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted) }) {
 		l.inflight.Add(-1)
 		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(remote{l}, id)
-}
-
-// admitted is when the gateway admitted call c, on the clock its loop read
-// for that turn (backend.Admitted), or now when it has none: its timeout
-// and its duration count from there. Reading the clock for every forwarded
-// call cost 8% of the proxy's CPU in the bench's pipelined P1.
-func admitted(c backend.Call) int64 {
-	if a, ok := c.(backend.Admitted); ok {
-		if t := a.Admitted(); t != 0 {
-			return t
-		}
-	}
-	return time.Now().UnixNano()
 }
 
 // remote is the Canceller of a call forwarded from another loop.
@@ -160,12 +147,16 @@ func (r remote) Cancel(id uint64) {
 	r.l.loops.Run(r.l.home, func() { r.l.Cancel(id) })
 }
 
-// forwardID writes call id and reports whether the link took it; if not, c
-// is finished UPSTREAM_UNAVAILABLE. counted: forwardFrom has counted the
+// forwardID writes call id, admitted at admitted, and reports whether the
+// link took it; if not, c is finished UPSTREAM_UNAVAILABLE. The call's
+// timeout and duration count from its admission, the clock the loop read
+// for that turn (backend.Origin), or from now when it has none: reading the
+// clock for every forwarded call cost 8% of the proxy's CPU in the bench's
+// pipelined P1. counted: forwardFrom has counted the
 // call in flight already (taken back if the link does not take it), so that
 // the count never passes through a value that would skew a concurrent
 // replica choice.
-func (l *link) forwardID(c backend.Call, id uint64, counted bool) bool {
+func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64) bool {
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
@@ -195,8 +186,10 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool) bool {
 		l.enc = codec.AppendRequest(l.enc[:0], id, c.Method(), c.Params())
 		l.out = l.frame(l.out, l.enc)
 	}
-	sent := admitted(c)
-	l.calls.add(id, c, st, sent, sent+int64(l.up.cfg.Timeout))
+	if admitted == 0 {
+		admitted = time.Now().UnixNano()
+	}
+	l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
 	if !counted {
 		l.inflight.Add(1)
 	}

@@ -79,7 +79,7 @@ func newReaderFuzz(t *testing.T, ctl byte) *readerFuzz {
 			c.st = &fakeStream{c: c, id: "s" + strconv.Itoa(i+1)}
 		}
 		r.calls = append(r.calls, c)
-		r.l.forward(c)
+		r.l.forward(c, 0)
 	}
 	for i, c := range r.calls {
 		if ctl&(2<<i) != 0 {

@@ -386,14 +386,14 @@ func (u *Upstream) Close() {
 // the call's own event loop owns if any is up, else among all; with none
 // connected it is answered UPSTREAM_UNAVAILABLE at once (nothing queues).
 // Loop: runs on an event loop; never waits for I/O.
-func (u *Upstream) Forward(c backend.Call) backend.Ticket {
+func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
-		home := u.home(c)
+		home := u.home(o)
 		if l := u.pick(home); l != nil {
 			if l.nats != nil || l.home == home {
-				return l.forward(c)
+				return l.forward(c, o.Admitted)
 			}
-			return l.forwardFrom(c)
+			return l.forwardFrom(c, o.Admitted)
 		}
 	}
 	if c.Stream() == nil {
@@ -406,22 +406,14 @@ func (u *Upstream) Forward(c backend.Call) backend.Ticket {
 	return backend.Ticket{}
 }
 
-// home returns the number of the event loop c runs on, if it is one of the
-// upstream's Loops, else -1.
-func (u *Upstream) home(c any) int {
-	h, ok := c.(backend.Homed)
-	if !ok {
-		return -1
-	}
+// home returns the number of the event loop a call from o runs on, if it
+// is one of the upstream's Loops, else -1.
+func (u *Upstream) home(o backend.Origin) int {
 	p := u.place.Load()
-	if p == nil || p.loops == nil {
+	if o.Loops == nil || p == nil || o.Loops != p.loops || o.Loop < 0 || o.Loop >= len(p.byHome) {
 		return -1
 	}
-	loops, i := h.Home()
-	if loops != p.loops || i < 0 || i >= len(p.byHome) {
-		return -1
-	}
-	return i
+	return o.Loop
 }
 
 // pick returns the connected link with the fewest calls in flight among
