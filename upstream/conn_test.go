@@ -187,6 +187,33 @@ func TestLinkWritesAtWriteAt(t *testing.T) {
 	}
 }
 
+// TestAnswerNeedsNoFlush: an answer that only finishes its call queues no
+// output, so it asks the loop for no flush (it used to mark the link dirty
+// for every answer: one more lock and flush per read); the answer that
+// orphans a subscription asks for one, for its subscription/cancel.
+func TestAnswerNeedsNoFlush(t *testing.T) {
+	l := newBenchLink(nil)
+	rc := &recConn{}
+	l.wc = rc
+	c := &recCall{method: "edge/echo"}
+	l.forward(c, 0)
+	l.Output()
+	rc.dirty = 0
+	l.handle([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+	if len(c.errs) != 1 || rc.dirty != 0 {
+		t.Fatalf("answer: finished %d times, %d flushes asked; want 1, 0", len(c.errs), rc.dirty)
+	}
+	s := &recCall{method: "edge/ticks", st: &recStream{id: "s1"}}
+	l.forward(s, 0)
+	l.Cancel(2)
+	l.Output()
+	rc.dirty = 0
+	l.handle([]byte(`{"jsonrpc":"2.0","id":2,"result":{"subscriptionId":"u"}}`))
+	if rc.dirty != 1 || !strings.Contains(string(l.Output()), `"subscription/cancel"`) {
+		t.Fatalf("orphaning answer: %d flushes asked, want 1 with the subscription/cancel", rc.dirty)
+	}
+}
+
 // paramsCall is a unary backend.Call of edge/echo with params.
 type paramsCall struct{ params []byte }
 

@@ -84,6 +84,7 @@ func (l *link) response(idTok, result, errObj []byte) {
 // cancelled at the upstream (orphaned).
 func (l *link) answer(id uint64, result, errObj []byte) {
 	var f finish
+	orphaned := false // a subscription/cancel was queued: the only output an answer causes
 	l.mu.Lock()
 	e := l.calls.get(id)
 	switch {
@@ -95,12 +96,15 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		if sub, ok := subscriptionID(result); ok && e.stream != nil && errObj == nil {
 			e.upSub = sub
 			l.moveLocked(e, callOrphaned, byAnswer, nil, nil)
+			orphaned = true
 		} else {
 			l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
 		l.mu.Unlock()
 		l.up.late.Add(1) // the answer to a call that timed out: not garbage
-		l.signal()
+		if orphaned {
+			l.signal()
+		}
 		return
 	case e.state == callDropped:
 		if sub, ok := subscriptionID(result); ok && e.stream != nil && errObj == nil {
@@ -108,6 +112,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 			// subscription is not wanted.
 			e.upSub = sub
 			f = l.moveLocked(e, callOrphaned, byAnswer, nil, nil)
+			orphaned = true
 		} else {
 			f = l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
@@ -135,7 +140,9 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		return
 	}
 	l.mu.Unlock()
-	l.signal()
+	if orphaned {
+		l.signal()
+	}
 	f.do()
 }
 
