@@ -9,11 +9,26 @@ import (
 // writes the call out and returns, and whatever reads the other server's
 // answer finishes the call. Implementations must be safe for concurrent use.
 type Forwarder interface {
-	// Forward starts c and returns without blocking: it must not wait for
-	// I/O. It calls c.Finish exactly once, from any goroutine, possibly
-	// before it returns. The Ticket it returns is how the gateway tells it
-	// that the call's outcome is no longer wanted.
-	Forward(c Call) Ticket
+	// Forward starts c, admitted as o says, and returns without blocking:
+	// it must not wait for I/O. It calls c.Finish exactly once, from any
+	// goroutine, possibly before it returns. The Ticket it returns is how
+	// the gateway tells it that the call's outcome is no longer wanted.
+	Forward(c Call, o Origin) Ticket
+}
+
+// Origin is where and when the gateway admitted a forwarded call. The zero
+// Origin is a call from no event loop with no clock.
+type Origin struct {
+	// Loops and Loop are the event loop the call's session runs on (nil
+	// Loops: none), so that a forwarder picks a connection the same loop
+	// owns.
+	Loops Loops
+	Loop  int
+	// Admitted is the loop's clock of the turn that admitted the call, in
+	// Unix nanoseconds, or 0 when its session has none: a forwarder
+	// measures its timeout from it rather than reading the clock once per
+	// call.
+	Admitted int64
 }
 
 // Call is one request a Forwarder carries: what the gateway admitted, and how
@@ -37,14 +52,6 @@ type Call interface {
 	// UPSTREAM_LOST, in both cases once its buffered events are delivered.
 	// Exactly once; it does not block.
 	Finish(result []byte, err error)
-}
-
-// Admitted is implemented by a Call that knows when the gateway admitted
-// it: the event loop's clock of that turn, in Unix nanoseconds, or 0 when
-// its session has no clock. A forwarder measures its timeout from it rather
-// than reading the clock once per call.
-type Admitted interface {
-	Admitted() int64
 }
 
 // Canceller is what a Ticket reaches: the forwarder side of calls.

@@ -61,10 +61,9 @@ type WireConn interface {
 	Close()
 }
 
-// Homed is implemented by a Call that runs on an event loop of some Loops:
-// Home returns those Loops and the loop's number, or nil when the call is
-// not on an event loop. A Forwarder uses it to pick a connection the same
-// loop owns.
+// Homed is implemented by a session's poster that is an event loop of some
+// Loops: Home returns those Loops and the loop's number. The session reads
+// it once and passes it with every call it forwards (Origin).
 type Homed interface {
 	Home() (Loops, int)
 }

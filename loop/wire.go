@@ -71,7 +71,7 @@ func (s *Server) Run(i int, f func()) bool {
 	return err == nil
 }
 
-// Home implements backend.Homed: sessions' calls name their loop.
+// Home implements backend.Homed: sessions name their loop to the forwarders.
 func (l *eventLoop) Home() (backend.Loops, int) { return l.srv, l.index }
 
 // number learns which gnet event loop is which: it enrolls one end of a

@@ -71,15 +71,9 @@ func producerReason(err error) closeReason {
 	return reasonDone
 }
 
-// Home implements backend.Homed: the event loop of the task's session, when
-// its poster is one.
-func (t *Task) Home() (backend.Loops, int) {
-	if h, ok := t.sess.post.(backend.Homed); ok {
-		return h.Home()
-	}
-	return nil, -1
+// origin is where and when the task was admitted, for its forwarder: the
+// session's event loop, when its poster is one, and the loop's clock of the
+// admitting turn (Counters.Now), 0 without one.
+func (t *Task) origin() backend.Origin {
+	return backend.Origin{Loops: t.sess.loops, Loop: t.sess.loop, Admitted: t.start}
 }
-
-// Admitted implements backend.Admitted: the loop's clock of the turn that
-// admitted the task (Counters.Now), 0 without one.
-func (t *Task) Admitted() int64 { return t.start }

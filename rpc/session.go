@@ -61,6 +61,11 @@ type Session struct {
 	sink      Sink      // immutable after NewSession
 	post      Poster    // immutable after NewSession
 	turn      *Turn     // immutable after NewSession: the loop's (TurnPoster), or nil
+	// loops and loop are the event loop post is, if it is one
+	// (backend.Homed), for the forwarders (backend.Origin). Immutable
+	// after NewSession.
+	loops backend.Loops
+	loop  int
 	// ctr is where the session counts its requests: the loop's Counters
 	// (CountingPoster), or its own. The pointer is immutable after
 	// NewSession; the Counters are loop-owned.
@@ -98,6 +103,9 @@ type Session struct {
 // connection's event loop.
 func (srv *Server) NewSession(t Transport, sink Sink, post Poster) *Session {
 	s := &Session{srv: srv, transport: t, sink: sink, post: post}
+	if h, ok := post.(backend.Homed); ok {
+		s.loops, s.loop = h.Home()
+	}
 	if tp, ok := post.(TurnPoster); ok {
 		s.turn = tp.Turn()
 	}
@@ -330,7 +338,7 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backen
 	}
 	s.active.push(t)
 	if fwd != nil {
-		t.ticket = fwd.Forward(t)
+		t.ticket = fwd.Forward(t, t.origin())
 		return
 	}
 	if s.turn != nil {

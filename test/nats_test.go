@@ -149,7 +149,7 @@ func TestNATSTwoWorkersShareWork(t *testing.T) {
 
 // TestNATSNoResponders: with no worker on the prefix, a call is answered
 // UPSTREAM_UNAVAILABLE at once (the NATS server's no-responders status), not
-// after the upstream timeout.
+// after the upstream timeout, and counted unavailable.
 func TestNATSNoResponders(t *testing.T) {
 	ns := startNATS(t)
 	startWorker(t, ns, "other")
@@ -164,6 +164,22 @@ func TestNATSNoResponders(t *testing.T) {
 		t.Fatalf("no-responders took %s", d)
 	}
 	c.expectSettled(0, 0)
+	// Both counted in edge_upstream_requests_total{outcome="unavailable"}
+	// (issue 19: they were missing).
+	if n := outcomes(p.set.Upstreams()[0], "unavailable"); n != 2 {
+		t.Fatalf("%d calls counted unavailable, want 2", n)
+	}
+}
+
+// outcomes is how many calls of u ended with the outcome labelled label.
+func outcomes(u *upstream.Upstream, label string) uint64 {
+	st := u.Stats()
+	for i := range upstream.NumOutcomes {
+		if upstream.OutcomeLabel(i) == label {
+			return st.Outcomes[i]
+		}
+	}
+	panic("no outcome " + label)
 }
 
 // TestNATSTimeout: a call no worker answers in time gets UPSTREAM_TIMEOUT,
@@ -237,6 +253,11 @@ func TestNATSWorkerKilledMidCall(t *testing.T) {
 		t.Fatalf("the dead worker's calls settled after %s", d)
 	}
 	c.expectSettled(0, 0)
+	// The call counted unavailable (issue 19: it was missing); the
+	// subscription was counted ok when it was established.
+	if n := outcomes(p.set.Upstreams()[0], "unavailable"); n != 1 {
+		t.Fatalf("%d calls counted unavailable, want 1", n)
+	}
 	for range 5 {
 		c.echo()
 	}

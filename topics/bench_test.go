@@ -95,7 +95,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				tops.Forward(c)
+				tops.Forward(c, backend.Origin{})
 				if err := <-c.done; err != nil {
 					b.Fatal(err)
 				}

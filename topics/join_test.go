@@ -91,7 +91,7 @@ func TestEventPublishedOnAnswerDelivered(t *testing.T) {
 					delivered <- err
 				}
 				c := &subCall{params: []byte(`{"name":"x"}`), st: st, done: make(chan error, 1)}
-				tops.Forward(c)
+				tops.Forward(c, backend.Origin{})
 				select {
 				case err := <-delivered:
 					if err != nil {

@@ -405,7 +405,7 @@ func (t *Topics) parse(c backend.Call) (params, error) {
 
 // Forward implements backend.Forwarder for edge/topic and edge/publish.
 // Runs on a loop; never waits.
-func (t *Topics) Forward(c backend.Call) backend.Ticket {
+func (t *Topics) Forward(c backend.Call, _ backend.Origin) backend.Ticket {
 	p, err := t.parse(c)
 	if err != nil {
 		c.Finish(nil, err)

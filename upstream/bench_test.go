@@ -21,9 +21,6 @@ func (c *benchCall) Params() []byte         { return benchParams }
 func (c *benchCall) Stream() backend.Stream { return nil }
 func (c *benchCall) Finish([]byte, error)   { c.finished++ }
 
-// Admitted implements backend.Admitted, as the gateway's calls do: the
-// timeout is reckoned from the loop's clock of the turn.
-func (c *benchCall) Admitted() int64 { return 1 }
 func newBenchLink(frame func(dst, msg []byte) []byte) *link {
 	u := New("b", nil, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	l := newLink(u, "bench", frame, frame != nil)
@@ -44,7 +41,7 @@ func BenchmarkLinkRoundTrip(b *testing.B) {
 	var answer []byte
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		l.forward(c)
+		l.forward(c, 1) // admitted at 1: the timeout from the loop's clock of the turn, as the gateway's calls
 		l.Output()
 		answer = append(codec.AppendUint(append(answer[:0], `{"jsonrpc":"2.0","id":`...), uint64(i+1)), `,"result":{"a":1}}`+"\n"...)
 		if n, err := l.Traffic(answer); n != len(answer) || err != nil {
@@ -78,8 +75,10 @@ func BenchmarkLinkEvent(b *testing.B) {
 	l := newBenchLink(nil)
 	st := &benchStream{}
 	l.mu.Lock()
-	l.pending[1] = call{c: &benchCall{}, stream: st, live: true, upSub: "s9"}
-	l.subs["s9"] = 1
+	e := l.calls.add(1, &benchCall{}, st, 1, 2)
+	l.inflight.Add(1)
+	e.upSub = "s9"
+	l.moveLocked(e, callLive, byAnswer, nil, nil)
 	l.mu.Unlock()
 	ev := []byte(`{"jsonrpc":"2.0","method":"event","params":{"subscriptionId":"s9","cursor":"12","seq":12,"data":"xxxxxxxxxxxxxxxx"}}`)
 	b.ReportAllocs()
@@ -115,5 +114,23 @@ func BenchmarkNATSRequest(b *testing.B) {
 			b.Fatalf("queued %+v", pubs)
 		}
 		spare = pubs[:0]
+	}
+}
+
+// BenchmarkLinkSweep is one timeout sweep of a link holding 65,536 calls
+// in flight, none of them due: what every sweep period costs under the
+// link's lock (on a NATS link, the lock every loop takes to forward).
+func BenchmarkLinkSweep(b *testing.B) {
+	l := newBenchLink(nil)
+	for range 1 << 16 {
+		l.forward(&benchCall{}, 1)
+	}
+	l.Output()
+	b.ReportAllocs()
+	for b.Loop() {
+		l.sweep(2) // the calls were admitted at 1, due at 1 + the timeout
+	}
+	if l.inflight.Load() != 1<<16 {
+		b.Fatalf("%d in flight after the sweeps, want all", l.inflight.Load())
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/codec"
 )
 
 // dialTimeout bounds a connect or an upgrade.
@@ -44,7 +44,16 @@ func (s *supervisor) run() {
 	for {
 		c, ch, err := s.dial()
 		if err == nil {
-			if err = s.l.loops.Attach(s.l.home, c, s.l); err != nil && ch != nil {
+			opens := s.l.opens.Load()
+			err = s.l.loops.Attach(s.l.home, c, s.l)
+			if err == nil && s.l.opens.Load() == opens {
+				// The loop did not take it, yet said nothing (gnet's
+				// Enroll reports success when registering the
+				// descriptor with its poller failed): no Open, and no
+				// Closed will follow. A failed attempt.
+				err = errNotAttached
+			}
+			if err != nil && ch != nil {
 				ch.shutdown(0)
 			}
 		}
@@ -74,6 +83,10 @@ func (s *supervisor) run() {
 		}
 	}
 }
+
+// errNotAttached fails a connection that its loop did not take although
+// Attach reported no error.
+var errNotAttached = errors.New("the event loop did not take the connection")
 
 // dial connects (exec: starts the child, ch) and returns the connection.
 func (s *supervisor) dial() (net.Conn, *child, error) {
@@ -185,8 +198,7 @@ var _ backend.Wire = (*link)(nil)
 
 // reading is the state of a byte-stream link's reader between turns.
 type reading struct {
-	skipping bool // NDJSON: dropping the rest of an over-long line
-	scanned  int  // NDJSON: bytes of the unconsumed input known to hold no newline
+	lines codec.LineReader // NDJSON
 	// WebSocket: the message being assembled from fragments, whether it
 	// is text and over the limit, and the bytes of a dropped frame's
 	// payload still to skip.
@@ -201,6 +213,7 @@ func (l *link) Open(c backend.WireConn) {
 	l.wc = c
 	l.rd = reading{}
 	l.open()
+	l.opens.Add(1)
 }
 
 // Closed implements backend.Wire: everything on the link is settled
@@ -248,104 +261,33 @@ func (l *link) clock() int64 {
 	return nowNanos()
 }
 
-// readLines applies the complete NDJSON lines of in (a trailing \r is
-// stripped) and returns how many bytes it consumed. A line over max bytes
-// is dropped, also before its end has arrived, and reading resumes after
-// it.
+// readLines applies the complete NDJSON lines of in (codec.LineReader: a
+// trailing \r is stripped) and returns how many bytes it consumed. A line
+// over max bytes is dropped, also before its end has arrived, and reading
+// resumes after it; blank lines are skipped.
 func (l *link) readLines(in []byte, max int) int {
+	l.rd.lines.Max = max
 	n := 0
-	from := min(l.rd.scanned, len(in))
 	for {
-		i := bytes.IndexByte(in[from:], '\n')
-		if i < 0 {
-			break
+		line, kind, k := l.rd.lines.Next(in[n:])
+		n += k
+		switch kind {
+		case codec.LineOK:
+			if len(bytes.TrimSpace(line)) > 0 {
+				l.handle(line)
+			}
+		case codec.LineTooLong:
+			l.drop(dropTooLong)
+		default: // LineNone: wait for more, or a skipped tail was consumed
+			if k == 0 {
+				return n
+			}
 		}
-		line := in[n : from+i+1]
-		n = from + i + 1
-		from = n
-		if l.rd.skipping {
-			l.rd.skipping = false
-			continue
-		}
-		l.handleLine(line, max)
-	}
-	l.rd.scanned = 0
-	if l.rd.skipping {
-		return len(in)
-	}
-	if len(in)-n > max+1 { // longer than max even without its "\r\n"
-		l.drop(dropTooLong)
-		l.rd.skipping = true
-		return len(in)
-	}
-	l.rd.scanned = len(in) - n
-	return n
-}
-
-// handleLine applies one NDJSON line.
-func (l *link) handleLine(line []byte, max int) {
-	line = bytes.TrimSuffix(line, []byte{'\n'})
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	switch {
-	case len(line) > max:
-		l.drop(dropTooLong)
-	case len(bytes.TrimSpace(line)) == 0:
-	default:
-		l.handle(line)
 	}
 }
 
 // errUpstreamClosedWS ends a WebSocket link whose upstream sent a close.
 var errUpstreamClosedWS = errors.New("upstream closed the WebSocket")
-
-// frameHeader is a WebSocket frame header.
-type frameHeader struct {
-	fin    bool
-	op     ws.OpCode
-	masked bool
-	mask   [4]byte
-	length int64
-}
-
-// parseHeader reads the frame header at the start of in: its size, or 0
-// when in does not hold all of it yet.
-func parseHeader(in []byte) (h frameHeader, size int, err error) {
-	if len(in) < 2 {
-		return h, 0, nil
-	}
-	h.fin = in[0]&0x80 != 0
-	h.op = ws.OpCode(in[0] & 0x0f)
-	h.masked = in[1]&0x80 != 0
-	size = 2
-	switch n := in[1] & 0x7f; n {
-	case 126:
-		if len(in) < 4 {
-			return h, 0, nil
-		}
-		h.length = int64(binary.BigEndian.Uint16(in[2:]))
-		size = 4
-	case 127:
-		if len(in) < 10 {
-			return h, 0, nil
-		}
-		v := binary.BigEndian.Uint64(in[2:])
-		if v>>63 != 0 {
-			return h, 0, ws.ErrHeaderLengthMSB
-		}
-		h.length = int64(v)
-		size = 10
-	default:
-		h.length = int64(n)
-	}
-	if h.masked {
-		if len(in) < size+4 {
-			return h, 0, nil
-		}
-		copy(h.mask[:], in[size:])
-		size += 4
-	}
-	return h, size, nil
-}
 
 // readFrames applies the complete WebSocket frames of in and returns how
 // many bytes it consumed: text messages go to handle; pings are answered;
@@ -365,20 +307,20 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 				return n, nil
 			}
 		}
-		h, hs, err := parseHeader(in[n:])
+		h, hs, err := codec.ParseHeader(in[n:])
+		if err == codec.ErrNeedMore {
+			return n, nil
+		}
 		if err != nil {
 			return n, err
 		}
-		if hs == 0 {
-			return n, nil
-		}
-		if h.op.IsControl() {
+		if h.OpCode.IsControl() {
 			// RFC 6455 section 5.5: final, at most 125 bytes. Checked
 			// before anything waits for the length the header claims.
-			if h.length > ws.MaxControlFramePayloadSize {
+			if h.Length > ws.MaxControlFramePayloadSize {
 				return n, ws.ErrProtocolControlPayloadOverflow
 			}
-			if !h.fin {
+			if !h.Fin {
 				return n, ws.ErrProtocolControlNotFinal
 			}
 			p, ok := payload(in[n:], hs, h)
@@ -386,7 +328,7 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 				return n, nil
 			}
 			n += hs + len(p)
-			switch h.op {
+			switch h.OpCode {
 			case ws.OpClose:
 				return n, errUpstreamClosedWS
 			case ws.OpPing:
@@ -399,18 +341,18 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			}
 			continue
 		}
-		if h.op != ws.OpContinuation {
-			rd.msg, rd.tooLong, rd.inText = rd.msg[:0], false, h.op == ws.OpText
+		if h.OpCode != ws.OpContinuation {
+			rd.msg, rd.tooLong, rd.inText = rd.msg[:0], false, h.OpCode == ws.OpText
 		}
-		if rd.tooLong || h.length > int64(max-len(rd.msg)) || !rd.inText { // no overflow: len(msg) <= max
+		if rd.tooLong || h.Length > int64(max-len(rd.msg)) || !rd.inText { // no overflow: len(msg) <= max
 			if !rd.tooLong && rd.inText {
 				l.drop(dropTooLong)
-			} else if !rd.inText && h.op == ws.OpBinary {
+			} else if !rd.inText && h.OpCode == ws.OpBinary {
 				l.drop(dropBadJSON)
 			}
 			rd.tooLong = rd.inText
 			n += hs
-			rd.skip = h.length
+			rd.skip = h.Length
 			continue
 		}
 		p, ok := payload(in[n:], hs, h)
@@ -419,9 +361,9 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 		}
 		n += hs + len(p)
 		switch {
-		case h.fin && len(rd.msg) == 0:
+		case h.Fin && len(rd.msg) == 0:
 			l.handle(p) // the whole message in one frame: no copy
-		case h.fin:
+		case h.Fin:
 			rd.msg = append(rd.msg, p...)
 			l.handle(rd.msg)
 			rd.msg = rd.msg[:0]
@@ -436,13 +378,13 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 
 // payload returns the unmasked payload of the frame at the start of in,
 // whose header h is hs bytes, or false when not all of it has arrived.
-func payload(in []byte, hs int, h frameHeader) ([]byte, bool) {
-	if int64(len(in)-hs) < h.length {
+func payload(in []byte, hs int, h ws.Header) ([]byte, bool) {
+	if int64(len(in)-hs) < h.Length {
 		return nil, false
 	}
-	p := in[hs : hs+int(h.length)]
-	if h.masked {
-		ws.Cipher(p, h.mask, 0)
+	p := in[hs : hs+int(h.Length)]
+	if h.Masked {
+		ws.Cipher(p, h.Mask, 0)
 	}
 	return p, true
 }

@@ -3,13 +3,18 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/internal/poll"
 )
 
 // TestWSReaderHugeFrameLengths is the regression test of two crashes a
@@ -67,10 +72,10 @@ func TestReadLinesLimits(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"result":{"ok":1}}` + "\r\n" +
 		`{"jsonrpc":"2.0","id":2,"result":{"ok":2}}` // no newline at the end
 	for _, chunk := range []int{1, 13, 64 << 10} {
-		c.result, c2.result = nil, nil
+		c.result, c2.result, c.errs, c2.errs = nil, nil, nil, nil // forwarded again
 		l.rd = reading{}
-		l.forward(c)
-		l.forward(c2)
+		l.forward(c, 0)
+		l.forward(c2, 0)
 		id := l.nextID.Load()
 		in := strings.ReplaceAll(in, `"id":1`, fmt.Sprintf(`"id":%d`, id-1))
 		in = strings.ReplaceAll(in, `"id":2`, fmt.Sprintf(`"id":%d`, id))
@@ -152,7 +157,7 @@ func TestLinkWritesAtWriteAt(t *testing.T) {
 	big := &paramsCall{params: []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)}
 	const calls = 200 // about 200 KB: three writes past writeAt
 	for range calls {
-		l.forward(big)
+		l.forward(big, 0)
 		if len(l.out) >= writeAt {
 			t.Fatalf("output of %d bytes left for the flush, past writeAt %d", len(l.out), writeAt)
 		}
@@ -182,6 +187,33 @@ func TestLinkWritesAtWriteAt(t *testing.T) {
 	}
 }
 
+// TestAnswerNeedsNoFlush: an answer that only finishes its call queues no
+// output, so it asks the loop for no flush (it used to mark the link dirty
+// for every answer: one more lock and flush per read); the answer that
+// orphans a subscription asks for one, for its subscription/cancel.
+func TestAnswerNeedsNoFlush(t *testing.T) {
+	l := newBenchLink(nil)
+	rc := &recConn{}
+	l.wc = rc
+	c := &recCall{method: "edge/echo"}
+	l.forward(c, 0)
+	l.Output()
+	rc.dirty = 0
+	l.handle([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+	if len(c.errs) != 1 || rc.dirty != 0 {
+		t.Fatalf("answer: finished %d times, %d flushes asked; want 1, 0", len(c.errs), rc.dirty)
+	}
+	s := &recCall{method: "edge/ticks", st: &recStream{id: "s1"}}
+	l.forward(s, 0)
+	l.Cancel(2)
+	l.Output()
+	rc.dirty = 0
+	l.handle([]byte(`{"jsonrpc":"2.0","id":2,"result":{"subscriptionId":"u"}}`))
+	if rc.dirty != 1 || !strings.Contains(string(l.Output()), `"subscription/cancel"`) {
+		t.Fatalf("orphaning answer: %d flushes asked, want 1 with the subscription/cancel", rc.dirty)
+	}
+}
+
 // paramsCall is a unary backend.Call of edge/echo with params.
 type paramsCall struct{ params []byte }
 
@@ -189,3 +221,63 @@ func (c *paramsCall) Method() string         { return "edge/echo" }
 func (c *paramsCall) Params() []byte         { return c.params }
 func (c *paramsCall) Stream() backend.Stream { return nil }
 func (c *paramsCall) Finish([]byte, error)   {}
+
+// silentLoops is a goLoop whose first Attach does what gnet's Enroll does
+// when registering the descriptor with its poller fails: the connection is
+// closed, Open never runs, and no error is reported.
+type silentLoops struct {
+	*goLoop
+	attaches atomic.Int32
+}
+
+func (s *silentLoops) Attach(i int, c net.Conn, w backend.Wire) error {
+	if s.attaches.Add(1) == 1 {
+		c.Close()
+		return nil
+	}
+	return s.goLoop.Attach(i, c, w)
+}
+
+// TestAttachWithoutOpenRetries (issue 19 item 6): a connection the loop did
+// not take, although Attach reported no error, is not reported connected: it
+// counts as a failed attempt, and the supervisor reconnects after its
+// back-off (the old code logged "upstream connected" and waited for ever for
+// a close that could not come).
+func TestAttachWithoutOpenRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	var logs logBuffer
+	u := New("t", []Replica{{Kind: TCP, URL: "tcp://" + ln.Addr().String(), Addr: ln.Addr().String()}},
+		Config{Conns: 1, BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	loops := &silentLoops{goLoop: newGoLoop()}
+	defer loops.stop()
+	u.StartOn(loops)
+	defer func() {
+		if !t.Failed() { // else Close would wait for ever for the close that cannot come
+			u.Close()
+		}
+	}()
+	poll.Until(t, 5*time.Second, "the upstream connected on the second attempt", func() (bool, string) {
+		up, _ := u.Connected()
+		return up == 1, fmt.Sprintf("%d attaches, %d up", loops.attaches.Load(), up)
+	})
+	if n := loops.attaches.Load(); n != 2 {
+		t.Fatalf("%d attaches, want 2", n)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "did not take the connection") || strings.Count(out, "upstream connected") != 1 {
+		t.Fatalf("logs do not report the failed attempt and one connection:\n%s", out)
+	}
+}

@@ -16,6 +16,7 @@ const (
 	dropTooLong     = "message over the size limit"
 	dropUnknownNote = "unknown notification"
 	dropBadSub      = "subscription result without a subscriptionId"
+	dropOrphaned    = "event of a subscription cancelled at establishment"
 )
 
 // handle applies one message from the upstream. Runs where the link reads:
@@ -77,69 +78,72 @@ func (l *link) response(idTok, result, errObj []byte) {
 }
 
 // answer applies the answer to the call with upstream id id: a unary call
-// finishes, a subscription is established (or fails).
+// finishes, a subscription is established (or fails). The answer to a call
+// that timed out is counted late; when it establishes a subscription nobody
+// wants (timed out, or cancelled while establishing), the subscription is
+// cancelled at the upstream (orphaned).
 func (l *link) answer(id uint64, result, errObj []byte) {
+	var f finish
+	orphaned := false // a subscription/cancel was queued: the only output an answer causes
 	l.mu.Lock()
-	e, ok := l.pending[id]
-	if !ok && l.lateLocked(id) {
-		// The answer to a call that timed out: not garbage.
-		l.mu.Unlock()
-		l.up.late.Add(1)
-		return
-	}
-	if !ok || e.live {
+	e := l.calls.get(id)
+	switch {
+	case e == nil || e.state == callLive || e.state == callOrphaned:
 		l.mu.Unlock()
 		l.drop(dropUnknownID)
 		return
-	}
-	if e.stream == nil || errObj != nil || e.dropped {
-		delete(l.pending, id)
-		if e.stream != nil && e.dropped && errObj == nil {
-			// Cancelled while establishing: the upstream's new subscription
-			// is not wanted.
-			if sub, ok := subscriptionID(result); ok {
-				l.subCancelLocked(e, sub)
-			}
+	case e.state == callExpired:
+		if sub, ok := subscriptionID(result); ok && e.stream != nil && errObj == nil {
+			e.upSub = sub
+			l.moveLocked(e, callOrphaned, byAnswer, nil, nil)
+			orphaned = true
+		} else {
+			l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
 		l.mu.Unlock()
-		l.inflight.Add(-1)
-		l.signal()
-		now := l.clock()
-		switch {
-		case e.dropped:
-			l.ended(e, outcomeCancelled, now)
-			e.c.Finish(nil, backend.ErrUpstreamUnavailable) // not delivered: cancelled
-		case errObj != nil:
-			l.ended(e, outcomeError, now)
-			e.c.Finish(nil, &backend.RawError{Object: append([]byte(nil), errObj...)})
-		default:
-			l.ended(e, outcomeOK, now)
-			e.c.Finish(result, nil)
+		l.up.late.Add(1) // the answer to a call that timed out: not garbage
+		if orphaned {
+			l.signal()
 		}
 		return
-	}
-	// A subscription is established: its id is mapped to edge's own. A
-	// NATS link finds its subscriptions by the stream subject instead:
-	// workers' ids are not unique across workers.
-	sub, ok := subscriptionID(result)
-	if !ok || (l.nats == nil && l.subs[sub] != 0) {
-		delete(l.pending, id)
+	case e.state == callDropped:
+		if sub, ok := subscriptionID(result); ok && e.stream != nil && errObj == nil {
+			// Cancelled while establishing: the upstream's new
+			// subscription is not wanted.
+			e.upSub = sub
+			f = l.moveLocked(e, callOrphaned, byAnswer, nil, nil)
+			orphaned = true
+		} else {
+			f = l.moveLocked(e, callEnded, byAnswer, nil, nil)
+		}
+	case errObj != nil:
+		f = l.moveLocked(e, callEnded, byAnswer, nil, &backend.RawError{Object: append([]byte(nil), errObj...)})
+	case e.state == callSent:
+		f = l.moveLocked(e, callEnded, byAnswer, result, nil)
+	default: // establishing
+		// A subscription is established: its id is mapped to edge's own.
+		// A NATS link finds its subscriptions by the stream subject
+		// instead: workers' ids are not unique across workers.
+		sub, ok := subscriptionID(result)
+		if !ok || (l.nats == nil && l.calls.subs[sub] != nil) {
+			f = l.moveLocked(e, callEnded, byAnswer, nil, errBadSubscription)
+			l.mu.Unlock()
+			l.drop(dropBadSub)
+			f.do()
+			return
+		}
+		e.upSub = sub
+		st := e.stream
+		l.moveLocked(e, callLive, byAnswer, nil, nil)
 		l.mu.Unlock()
-		l.inflight.Add(-1)
-		l.drop(dropBadSub)
-		l.ended(e, outcomeError, l.clock())
-		e.c.Finish(nil, errBadSubscription)
+		st.Establish(rewriteSubscriptionID(result, st.ID()))
 		return
-	}
-	e.live, e.upSub, e.deadline = true, sub, 0
-	l.pending[id] = e
-	if l.nats == nil {
-		l.subs[sub] = id
 	}
 	l.mu.Unlock()
-	l.inflight.Add(-1)
-	l.ended(e, outcomeOK, l.clock())
-	e.stream.Establish(rewriteSubscriptionID(result, e.stream.ID()))
+	if orphaned {
+		l.signal()
+	}
+	f.do()
 }
 
 // errBadSubscription fails a subscription request whose upstream result has
@@ -166,26 +170,32 @@ func (l *link) event(params []byte) {
 		l.drop(dropBadJSON)
 		return
 	}
-	l.emit(l.subscription(sub), cursor, body)
+	l.mu.Lock()
+	l.emitLocked(l.calls.subs[string(sub)], cursor, body)
 }
 
-// subscription returns the upstream id of the call that established the
-// upstream's subscription sub (0 for none).
-func (l *link) subscription(sub []byte) uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.subs[string(sub)]
-}
-
-// emit passes an event on to the live subscription of call id.
-func (l *link) emit(id uint64, cursor, body []byte) {
-	l.mu.Lock()
-	e, found := l.pending[id]
-	l.mu.Unlock()
-	if !found || !e.live {
-		return // cancelled a moment ago: at most one event may still arrive
+// emitLocked passes an event on to the subscription of entry e (nil: none)
+// and releases mu. An event of an orphaned subscription is dropped and
+// counted; one of no subscription is ignored: cancelled a moment ago, at
+// most one event may still arrive (CONTRACT.md section 2.3).
+func (l *link) emitLocked(e *entry, cursor, body []byte) {
+	var st backend.Stream
+	orphaned := false
+	if e != nil {
+		switch e.state {
+		case callLive:
+			st = e.stream
+		case callOrphaned:
+			orphaned = true
+		}
 	}
-	e.stream.Emit(cursor, body)
+	l.mu.Unlock()
+	switch {
+	case st != nil:
+		st.Emit(cursor, body)
+	case orphaned:
+		l.drop(dropOrphaned)
+	}
 }
 
 // parseEvent reads an event's params: the upstream's subscription id
@@ -227,7 +237,8 @@ func (l *link) closed(params []byte) {
 		l.drop(dropBadJSON)
 		return
 	}
-	l.end(l.subscription(sub), reason)
+	l.mu.Lock()
+	l.endLocked(l.calls.subs[string(sub)], reason)
 }
 
 // parseClosed reads subscription/closed params: the upstream's subscription
@@ -251,24 +262,20 @@ func (l *link) parseClosed(params []byte) (sub, reason []byte, ok bool) {
 	return sub, reason, true
 }
 
-// end ends the live subscription of call id as the upstream ended it with
-// reason (raw JSON).
-func (l *link) end(id uint64, reason []byte) {
-	l.mu.Lock()
-	e, found := l.pending[id]
-	if found && e.live {
-		delete(l.pending, id)
-		delete(l.subs, e.upSub)
+// endLocked ends the subscription of entry e (nil: none) as the upstream
+// ended it with reason (raw JSON), and releases mu: a live one is finished,
+// an orphaned one forgotten.
+func (l *link) endLocked(e *entry, reason []byte) {
+	var f finish
+	if e != nil && (e.state == callLive || e.state == callOrphaned) {
+		var err error
+		if string(reason) != `"done"` {
+			err = backend.ErrUpstreamLost
+		}
+		f = l.moveLocked(e, callEnded, byUpstream, nil, err)
 	}
 	l.mu.Unlock()
-	if !found || !e.live {
-		return
-	}
-	var err error
-	if string(reason) != `"done"` {
-		err = backend.ErrUpstreamLost
-	}
-	e.c.Finish(nil, err)
+	f.do()
 }
 
 // subscriptionID returns the string subscriptionId member of a result (the

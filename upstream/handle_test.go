@@ -27,6 +27,9 @@ func (c *recCall) Stream() backend.Stream {
 	return c.st
 }
 func (c *recCall) Finish(result []byte, err error) {
+	if len(c.errs) > 0 {
+		panic("upstream: call " + c.method + " finished twice")
+	}
 	c.result, c.errs = append(c.result, string(result)), append(c.errs, err)
 }
 
@@ -61,8 +64,8 @@ func TestEventDuplicateSubscriptionID(t *testing.T) {
 	l.open()
 	a := &recCall{method: "edge/ticks", st: &recStream{id: "s1"}}
 	b := &recCall{method: "edge/ticks", st: &recStream{id: "s2"}}
-	l.forward(a)
-	l.forward(b)
+	l.forward(a, 0)
+	l.forward(b, 0)
 	// The upstream names a subscription id twice in a result: the last
 	// one is the subscription's, and every one is rewritten to edge's.
 	l.handle([]byte(`{"jsonrpc":"2.0","id":1,"result":{"subscriptionId":"x","subscriptionId":"u1"}}`))
@@ -96,7 +99,7 @@ func TestHandleAnswers(t *testing.T) {
 	l.open()
 	calls := []*recCall{{method: "a"}, {method: "b"}, {method: "c"}}
 	for _, c := range calls {
-		l.forward(c)
+		l.forward(c, 0)
 	}
 	l.Output() // the requests, as the loop would take them
 	for _, msg := range []string{
@@ -140,7 +143,7 @@ func TestLateAnswerIsNotGarbage(t *testing.T) {
 	l := newLink(u, "t", nil, false)
 	l.open()
 	c := &recCall{method: "a"}
-	l.forward(c)
+	l.forward(c, 0)
 	l.Output()
 	l.sweep(time.Now().Add(2 * time.Second).UnixNano())
 	if len(c.errs) != 1 || !errors.Is(c.errs[0], backend.ErrUpstreamTimeout) {

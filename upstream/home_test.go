@@ -16,17 +16,8 @@ func (c *countLoops) NumLoops() int                            { return 2 }
 func (c *countLoops) Attach(int, net.Conn, backend.Wire) error { return net.ErrClosed }
 func (c *countLoops) Run(_ int, f func()) bool                 { c.runs++; f(); return true }
 
-// home returns a call made on loop i of c.
-func (c *countLoops) home(i int) *homedCall { return &homedCall{recCall{method: "m"}, c, i} }
-
-// homedCall is a recCall made on loop i of loops.
-type homedCall struct {
-	recCall
-	loops backend.Loops
-	i     int
-}
-
-func (h *homedCall) Home() (backend.Loops, int) { return h.loops, h.i }
+// at is the origin of a call made on loop i of c.
+func (c *countLoops) at(i int) backend.Origin { return backend.Origin{Loops: c, Loop: i} }
 
 // placeLinks puts link k on loop k, as StartOn does, and opens them.
 func placeLinks(u *Upstream, loops backend.Loops, links ...*link) {
@@ -53,25 +44,24 @@ func TestForwardStaysOnItsLoop(t *testing.T) {
 	placeLinks(u, loops, l0, l1)
 
 	for range 3 {
-		u.Forward(loops.home(1))
+		u.Forward(&recCall{method: "m"}, loops.at(1))
 	}
-	if loops.runs != 0 || len(l1.pending) != 3 || len(l0.pending) != 0 {
+	if loops.runs != 0 || l1.calls.len() != 3 || l0.calls.len() != 0 {
 		t.Fatalf("calls from loop 1: %d posted, %d on loop 1's link, %d on loop 0's; want 0, 3, 0",
-			loops.runs, len(l1.pending), len(l0.pending))
+			loops.runs, l1.calls.len(), l0.calls.len())
 	}
-	c := homedCall{recCall{method: "m"}, &countLoops{}, 1} // another gateway's loop 1
-	tk := u.Forward(&c)
-	if loops.runs != 1 || len(l0.pending) != 1 {
-		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, len(l0.pending))
+	tk := u.Forward(&recCall{method: "m"}, (&countLoops{}).at(1)) // another gateway's loop 1
+	if loops.runs != 1 || l0.calls.len() != 1 {
+		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, l0.calls.len())
 	}
 	tk.Cancel()
-	if loops.runs != 2 || !l0.pending[l0.nextID.Load()].dropped {
+	if loops.runs != 2 || l0.calls.get(l0.nextID.Load()).state != callDropped {
 		t.Fatalf("its cancel: %d posted (want 2), the call not marked dropped", loops.runs)
 	}
 	l1.fail()
-	u.Forward(loops.home(1))
-	if loops.runs != 3 || len(l0.pending) != 2 {
-		t.Fatalf("loop 1's link down: %d posted, %d on loop 0's link; want 3, 2", loops.runs, len(l0.pending))
+	u.Forward(&recCall{method: "m"}, loops.at(1))
+	if loops.runs != 3 || l0.calls.len() != 2 {
+		t.Fatalf("loop 1's link down: %d posted, %d on loop 0's link; want 3, 2", loops.runs, l0.calls.len())
 	}
 	if n := l0.inflight.Load(); n != 2 {
 		t.Fatalf("loop 0's link counts %d calls in flight, want 2", n)
@@ -84,8 +74,6 @@ type admittedCall struct {
 	at int64
 }
 
-func (a *admittedCall) Admitted() int64 { return a.at }
-
 // TestTimeoutFromAdmission: a forwarded call's timeout counts from when the
 // gateway admitted it (the loop's clock of that turn), not from when the
 // link wrote it; a call whose session has no clock counts from the forward.
@@ -97,13 +85,13 @@ func TestTimeoutFromAdmission(t *testing.T) {
 	admitted := time.Now().Add(-timeout).UnixNano() // its whole timeout ago
 	old := &admittedCall{recCall{method: "m"}, admitted}
 	fresh := &admittedCall{recCall{method: "m"}, 0} // no clock
-	u.Forward(old)
-	u.Forward(fresh)
+	u.Forward(old, backend.Origin{Admitted: old.at})
+	u.Forward(fresh, backend.Origin{Admitted: fresh.at})
 	l.sweep(admitted + int64(timeout))
 	if len(old.errs) != 1 || !errors.Is(old.errs[0], backend.ErrUpstreamTimeout) {
 		t.Fatalf("the call admitted a timeout ago: finished with %v, want UPSTREAM_TIMEOUT once", old.errs)
 	}
-	if len(fresh.errs) != 0 || len(l.pending) != 1 {
-		t.Fatalf("the call without a clock finished (%v) at its admission + timeout; %d pending", fresh.errs, len(l.pending))
+	if len(fresh.errs) != 0 || l.inflight.Load() != 1 {
+		t.Fatalf("the call without a clock finished (%v) at its admission + timeout; %d in flight", fresh.errs, l.inflight.Load())
 	}
 }

@@ -21,7 +21,7 @@ import (
 // byte-stream link therefore runs on its loop; mu is never contended there
 // (it serves the NATS links, whose reader is nats.go's delivery goroutine
 // and whose writer is the supervisor's). No goroutine waits per call: a
-// call in flight is one entry in pending.
+// call in flight is one entry in calls (calltable.go).
 type link struct {
 	up   *Upstream // immutable
 	desc string    // immutable: for logs, e.g. "tcp://127.0.0.1:9000#1"
@@ -50,22 +50,18 @@ type link struct {
 	upNow atomic.Bool
 
 	mu      sync.Mutex
-	up_     bool              // guarded by mu: connected, accepting calls
-	pending map[uint64]call   // guarded by mu: calls in flight and live subscriptions, by upstream id
-	subs    map[string]uint64 // guarded by mu: upstream subscription id -> upstream request id
-	out     []byte            // guarded by mu: framed output not yet written (byte-stream: by the loop)
-	pubs    []natsPub         // guarded by mu: NATS messages not yet taken by the writer
-	pubSize int               // guarded by mu: bytes in pubs
-	enc     []byte            // guarded by mu: scratch for a message being framed
-	wake    chan struct{}     // cap 1: output or a state change for the NATS writer
+	up_     bool          // guarded by mu: connected, accepting calls
+	calls   callTable     // guarded by mu: calls in flight, live subscriptions, and timed-out calls awaiting their late answer
+	out     []byte        // guarded by mu: framed output not yet written (byte-stream: by the loop)
+	pubs    []natsPub     // guarded by mu: NATS messages not yet taken by the writer
+	pubSize int           // guarded by mu: bytes in pubs
+	enc     []byte        // guarded by mu: scratch for a message being framed
+	wake    chan struct{} // cap 1: output or a state change for the NATS writer
 
-	// expired and expiredOld are the ids of calls that timed out in this
-	// and the previous --upstream-timeout period (at most maxExpired each),
-	// so that their late answers are told from garbage. Guarded by mu.
-	expired, expiredOld map[uint64]struct{}
-	expiredSince        int64 // guarded by mu: when expired was started
-
-	inflight atomic.Int64 // calls in pending that are not live subscriptions, for replica choice
+	inflight atomic.Int64 // calls sent, establishing or dropped (callState.inFlight), for replica choice
+	// opens counts Open calls, so that the supervisor tells a connection
+	// its loop took from one it did not.
+	opens atomic.Uint64
 
 	// Reader-owned (the loop, or nats.go's delivery goroutine; see handle).
 	garbage burst  // what the upstream sent that was dropped
@@ -79,17 +75,6 @@ type link struct {
 	rd   reading
 	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
 	gone chan struct{} // cap 1: the loop closed the connection
-}
-
-// call is one entry of link.pending.
-type call struct {
-	c        backend.Call
-	stream   backend.Stream // non-nil for a subscription
-	deadline int64          // unix nanoseconds; 0 once a subscription is live
-	live     bool           // a subscription the upstream established
-	upSub    string         // the upstream's subscription id, once live
-	dropped  bool           // the gateway cancelled it: its answer is not wanted
-	worker   string         // NATS: the worker that took the call, once it said so
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
@@ -127,9 +112,9 @@ func (l *link) signal() {
 
 // forward implements backend.Forwarder for this one link. Runs on the
 // link's loop (a NATS link: on any loop).
-func (l *link) forward(c backend.Call) backend.Ticket {
+func (l *link) forward(c backend.Call, admitted int64) backend.Ticket {
 	id := l.nextID.Add(1)
-	if !l.forwardID(c, id, false) {
+	if !l.forwardID(c, id, false, admitted) {
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(l, id)
@@ -139,31 +124,18 @@ func (l *link) forward(c backend.Call) backend.Ticket {
 // none), through the link's loop: the request is written there, and a
 // cancel follows it the same way (remote). Nothing of the link is touched
 // here but its id counter.
-func (l *link) forwardFrom(c backend.Call) backend.Ticket {
+func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
 	id := l.nextID.Add(1)
 	// Counted in flight from now, so that the calls picked before the loop
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
-	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true) }) {
+	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted) }) {
 		l.inflight.Add(-1)
 		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(remote{l}, id)
-}
-
-// deadline is when call c times out: timeout after the gateway admitted
-// it, on the clock its loop read for that turn (backend.Admitted), or after
-// now when it has none. Reading the clock for every forwarded call cost
-// 8% of the proxy's CPU in the bench's pipelined P1.
-func deadline(c backend.Call, timeout time.Duration) int64 {
-	if a, ok := c.(backend.Admitted); ok {
-		if t := a.Admitted(); t != 0 {
-			return t + int64(timeout)
-		}
-	}
-	return time.Now().Add(timeout).UnixNano()
 }
 
 // remote is the Canceller of a call forwarded from another loop.
@@ -175,12 +147,16 @@ func (r remote) Cancel(id uint64) {
 	r.l.loops.Run(r.l.home, func() { r.l.Cancel(id) })
 }
 
-// forwardID writes call id and reports whether the link took it; if not, c
-// is finished UPSTREAM_UNAVAILABLE. counted: forwardFrom has counted the
+// forwardID writes call id, admitted at admitted, and reports whether the
+// link took it; if not, c is finished UPSTREAM_UNAVAILABLE. The call's
+// timeout and duration count from its admission, the clock the loop read
+// for that turn (backend.Origin), or from now when it has none: reading the
+// clock for every forwarded call cost 8% of the proxy's CPU in the bench's
+// pipelined P1. counted: forwardFrom has counted the
 // call in flight already (taken back if the link does not take it), so that
 // the count never passes through a value that would skew a concurrent
 // replica choice.
-func (l *link) forwardID(c backend.Call, id uint64, counted bool) bool {
+func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64) bool {
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
@@ -210,62 +186,58 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool) bool {
 		l.enc = codec.AppendRequest(l.enc[:0], id, c.Method(), c.Params())
 		l.out = l.frame(l.out, l.enc)
 	}
-	l.pending[id] = call{c: c, stream: st, deadline: deadline(c, l.up.cfg.Timeout)}
-	l.mu.Unlock()
+	if admitted == 0 {
+		admitted = time.Now().UnixNano()
+	}
+	l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
 	if !counted {
 		l.inflight.Add(1)
 	}
+	l.mu.Unlock()
 	l.signal()
 	return true
 }
 
-// Cancel implements backend.Canceller. Runs on a loop.
+// Cancel implements backend.Canceller. Runs on a loop. A call in flight is
+// dropped: its answer is still awaited (the slot is held until the upstream
+// answers or the call times out; CONTRACT.md section 10), and the cancel
+// forwarded where the transport can. A live subscription ends now, and the
+// upstream is told (it sends no subscription/closed after
+// subscription/cancel, CONTRACT.md 2.3).
 func (l *link) Cancel(id uint64) {
+	var f finish
 	l.mu.Lock()
-	e, ok := l.pending[id]
-	if !ok || e.dropped {
-		l.mu.Unlock()
-		return
+	switch e := l.calls.get(id); {
+	case e == nil:
+	case e.state == callSent || e.state == callEstablishing:
+		f = l.moveLocked(e, callDropped, byGateway, nil, nil)
+	case e.state == callLive:
+		f = l.moveLocked(e, callEnded, byGateway, nil, nil)
 	}
-	if e.live {
-		// A live subscription ends now: the upstream is told, and sends no
-		// subscription/closed after subscription/cancel (CONTRACT.md 2.3).
-		delete(l.pending, id)
-		delete(l.subs, e.upSub)
-		l.subCancelLocked(e, e.upSub)
-		l.mu.Unlock()
-		l.signal()
-		e.c.Finish(nil, nil)
-		return
-	}
-	// In flight: the answer is still awaited (the slot is held until the
-	// upstream answers or the call times out), then dropped.
-	e.dropped = true
-	l.pending[id] = e
-	l.cancelLocked(id, e)
 	l.mu.Unlock()
 	l.signal()
+	f.do()
 }
 
-// cancelLocked forwards the cancel of call id, in flight, where the
+// cancelLocked forwards the cancel of call e, in flight, where the
 // transport can: $/cancelRequest to a ws upstream for a unary call; to a
 // NATS worker once it has said it took the call, unary or subscription.
 // Called with mu held.
-func (l *link) cancelLocked(id uint64, e call) {
+func (l *link) cancelLocked(e *entry) {
 	switch {
 	case !l.up_:
 	case l.nats != nil:
 		if e.worker != "" {
-			l.nats.cancelLocked(l, id, e.worker)
+			l.nats.cancelLocked(l, e.id, e.worker)
 		}
 	case l.cancels && e.stream == nil:
-		l.appendLocked(appendCancelRequest(nil, id))
+		l.appendLocked(appendCancelRequest(nil, e.id))
 	}
 }
 
 // subCancelLocked forwards subscription/cancel of the upstream's
 // subscription upSub, established by call e. Called with mu held.
-func (l *link) subCancelLocked(e call, upSub string) {
+func (l *link) subCancelLocked(e *entry, upSub string) {
 	switch {
 	case !l.up_:
 	case l.nats != nil:
@@ -309,8 +281,8 @@ func appendSubCancel(dst []byte, upSub string) []byte {
 	return append(dst, "}}"...)
 }
 
-// open marks the link connected with fresh tables and reports whether it
-// was down: an up link keeps its tables (NATS: the connect callback and the
+// open marks the link connected with a fresh table and reports whether it
+// was down: an up link keeps its table (NATS: the connect callback and the
 // supervisor may both see the connection up). Called by the supervisor once
 // the transport is up.
 func (l *link) open() bool {
@@ -321,8 +293,7 @@ func (l *link) open() bool {
 	}
 	l.up_ = true
 	l.upNow.Store(true)
-	l.pending = make(map[uint64]call)
-	l.subs = make(map[string]uint64)
+	l.calls = newCallTable()
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
 	return true
@@ -334,7 +305,9 @@ func (l *link) isUp() bool { return l.upNow.Load() }
 
 // fail marks the link down and settles everything on it (CONTRACT.md
 // section 10): calls in flight get UPSTREAM_UNAVAILABLE, live subscriptions
-// end UPSTREAM_LOST. Safe to call more than once.
+// end UPSTREAM_LOST, lingering entries are forgotten (ids go on after a
+// reconnect: none of their answers can come back). Safe to call more than
+// once.
 func (l *link) fail() {
 	l.mu.Lock()
 	if !l.up_ {
@@ -343,101 +316,55 @@ func (l *link) fail() {
 	}
 	l.up_ = false
 	l.upNow.Store(false)
-	pending := l.pending
-	l.pending, l.subs = nil, nil
-	l.expired, l.expiredOld = nil, nil // ids go on after a reconnect: none of these can come back
+	fs := make([]finish, 0, l.calls.len())
+	for _, e := range l.calls.ids {
+		var err error = backend.ErrUpstreamUnavailable
+		if e.state == callLive {
+			err = backend.ErrUpstreamLost
+		}
+		fs = append(fs, l.moveLocked(e, callEnded, byDown, nil, err))
+	}
+	l.calls = callTable{}
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
 	l.mu.Unlock()
-	var n int64
-	for _, e := range pending {
-		if !e.live {
-			n++
-		}
-	}
-	// Not Store(0): calls picked on other loops and not yet posted here
-	// are counted too (forwardFrom).
-	l.inflight.Add(-n)
-	now := nowNanos()
-	for _, e := range pending {
-		if e.live {
-			e.c.Finish(nil, backend.ErrUpstreamLost)
-		} else {
-			l.ended(e, outcomeUnavailable, now)
-			e.c.Finish(nil, backend.ErrUpstreamUnavailable)
-		}
+	for _, f := range fs {
+		f.do()
 	}
 }
 
-// maxExpired bounds each generation of a link's expired ids: an upstream
-// that lets more calls than that time out in one timeout period has the
-// late answers of the rest counted as dropped messages.
+// maxExpired bounds the entries of a link that timed out and wait for
+// their late answer (expired, orphaned): an upstream that lets more calls
+// than that time out in one timeout period has the late answers of the
+// rest counted as dropped messages (and a subscription among them is not
+// cancelled when it is established late).
 const maxExpired = 1 << 16
 
-// lateLocked reports whether id is a call that timed out, and forgets it: its
-// answer came late. Runs with mu held.
-func (l *link) lateLocked(id uint64) bool {
-	if _, ok := l.expired[id]; ok {
-		delete(l.expired, id)
-		return true
-	}
-	if _, ok := l.expiredOld[id]; ok {
-		delete(l.expiredOld, id)
-		return true
-	}
-	return false
-}
-
-// sweep answers UPSTREAM_TIMEOUT to every call whose deadline has passed
-// and forwards the cancel as Cancel does. On a NATS link it also probes
+// sweep times out the calls whose deadline has passed (expireLocked) and
+// forgets the lingering entries whose second timeout passed: it looks at
+// those entries only, in deadline order. On a NATS link it also probes
 // every worker that holds calls, so that a worker that died is noticed
 // within a sweep (workerGone).
 func (l *link) sweep(now int64) {
-	var expired []call
-	var probe map[string]bool // NATS: the workers that hold calls
+	var fs []finish
 	l.mu.Lock()
-	if now-l.expiredSince >= int64(l.up.cfg.Timeout) {
-		l.expiredOld, l.expired, l.expiredSince = l.expired, nil, now
+	for e := l.calls.due(now); e != nil; e = l.calls.due(now) {
+		if f := l.expireLocked(e, now); f.c != nil {
+			fs = append(fs, f)
+		}
 	}
-	for id, e := range l.pending {
-		if e.worker != "" && !probe[e.worker] {
-			if probe == nil {
-				probe = make(map[string]bool)
-			}
-			probe[e.worker] = true
-		}
-		if e.live || e.deadline == 0 || e.deadline > now {
-			continue
-		}
-		delete(l.pending, id)
-		if !e.dropped {
-			l.cancelLocked(id, e)
-		}
-		if len(l.expired) < maxExpired {
-			if l.expired == nil {
-				l.expired = make(map[uint64]struct{})
-			}
-			l.expired[id] = struct{}{}
-		}
-		expired = append(expired, e)
-	}
-	if l.up_ {
-		for w := range probe {
+	probed := l.up_ && l.nats != nil && len(l.calls.workers) > 0
+	if probed {
+		for w := range l.calls.workers {
 			l.nats.probeLocked(l, w)
 		}
 	}
 	l.mu.Unlock()
-	if len(probe) > 0 {
+	if probed || len(fs) > 0 {
 		l.signal()
 	}
-	if len(expired) == 0 {
-		return
-	}
-	l.inflight.Add(-int64(len(expired)))
-	l.signal()
-	for _, e := range expired {
-		l.ended(e, outcomeTimeout, now)
-		e.c.Finish(nil, backend.ErrUpstreamTimeout)
+	for _, f := range fs {
+		f.do()
 	}
 }
 

@@ -143,74 +143,68 @@ func (p *natsPub) publish(nc *nats.Conn) error {
 	return nc.PublishRequest(p.subject, p.reply, p.data)
 }
 
-// refused answers call id UPSTREAM_UNAVAILABLE: no worker took it (the NATS
-// server's no-responders status), or it could not be published.
+// refused answers call id UPSTREAM_UNAVAILABLE (counted unavailable): no
+// worker took it (the NATS server's no-responders status), or it could not
+// be published.
 func (l *link) refused(id uint64) {
+	var f finish
 	l.mu.Lock()
-	e, ok := l.pending[id]
-	if !ok || e.live {
-		l.mu.Unlock()
-		return
+	if e := l.calls.get(id); e != nil && e.state != callLive {
+		f = l.moveLocked(e, callEnded, byUpstream, nil, backend.ErrUpstreamUnavailable)
 	}
-	delete(l.pending, id)
 	l.mu.Unlock()
-	l.inflight.Add(-1)
-	e.c.Finish(nil, backend.ErrUpstreamUnavailable)
+	f.do()
 }
 
 // accepted records that worker took call id; a cancel that came before it
-// knew whom to tell is sent now.
+// knew whom to tell is sent now (the call was dropped, or timed out).
 func (l *link) accepted(id uint64, worker string) {
 	if !validToken(worker) || strings.IndexByte(worker, '.') >= 0 {
 		l.drop(dropBadJSON)
 		return
 	}
 	l.mu.Lock()
-	e, ok := l.pending[id]
-	if !ok || e.worker != "" {
+	e := l.calls.get(id)
+	if e == nil || e.worker != "" {
 		l.mu.Unlock()
 		return
 	}
-	e.worker = worker
-	l.pending[id] = e
-	if e.dropped {
-		l.cancelLocked(id, e)
+	l.calls.setWorker(e, worker)
+	if e.state == callDropped || e.state == callExpired {
+		l.cancelLocked(e)
 	}
 	l.mu.Unlock()
 	l.signal()
 }
 
 // workerGone settles everything worker held, as a broken connection settles
-// everything on it: calls in flight get UPSTREAM_UNAVAILABLE, live
-// subscriptions end UPSTREAM_LOST.
+// everything on it: calls in flight get UPSTREAM_UNAVAILABLE (counted
+// unavailable), live subscriptions end UPSTREAM_LOST. It walks the table:
+// a worker's death is rare.
 func (l *link) workerGone(worker string) {
-	var gone []call
-	var unary int64
+	var fs []finish
+	n := 0
 	l.mu.Lock()
-	for id, e := range l.pending {
+	for _, e := range l.calls.ids {
 		if e.worker != worker {
 			continue
 		}
-		delete(l.pending, id)
-		if e.live {
-			delete(l.subs, e.upSub)
-		} else {
-			unary++
+		n++
+		var err error = backend.ErrUpstreamUnavailable
+		if e.state == callLive {
+			err = backend.ErrUpstreamLost
 		}
-		gone = append(gone, e)
+		if f := l.moveLocked(e, callEnded, byUpstream, nil, err); f.c != nil {
+			fs = append(fs, f)
+		}
 	}
 	l.mu.Unlock()
-	if len(gone) == 0 {
+	if n == 0 {
 		return
 	}
-	l.inflight.Add(-unary)
-	l.up.log.Warn("upstream worker gone", "upstream", l.up.name, "conn", l.desc, "worker", worker, "calls", len(gone))
-	for _, e := range gone {
-		if e.live {
-			e.c.Finish(nil, backend.ErrUpstreamLost)
-		} else {
-			e.c.Finish(nil, backend.ErrUpstreamUnavailable)
-		}
+	l.up.log.Warn("upstream worker gone", "upstream", l.up.name, "conn", l.desc, "worker", worker, "calls", n)
+	for _, f := range fs {
+		f.do()
 	}
 }
 
@@ -272,13 +266,15 @@ func (l *link) natsMessage(m *nats.Msg) {
 		l.drop(dropRequest)
 	case stream && codec.KeyIs(env.Method, "event"):
 		if _, cursor, body, ok := l.parseEvent(env.Params); ok {
-			l.emit(id, cursor, body)
+			l.mu.Lock()
+			l.emitLocked(l.calls.get(id), cursor, body)
 		} else {
 			l.drop(dropBadJSON)
 		}
 	case stream && codec.KeyIs(env.Method, "subscription/closed"):
 		if _, reason, ok := l.parseClosed(env.Params); ok {
-			l.end(id, reason)
+			l.mu.Lock()
+			l.endLocked(l.calls.get(id), reason)
 		} else {
 			l.drop(dropBadJSON)
 		}

@@ -101,7 +101,7 @@ func TestInboxOverflowFailsTheLink(t *testing.T) {
 	l := u.links[0]
 	l.open()
 	c := &natsCall{method: "edge/echo", err: make(chan error, 1)}
-	l.forward(c)
+	l.forward(c, 0)
 	if l.inboxOverflowed(&nats.Subscription{Subject: "other.>"}, nats.ErrSlowConsumer) ||
 		l.inboxOverflowed(&nats.Subscription{Subject: l.nats.inbox + ".>"}, nats.ErrBadSubject) {
 		t.Fatal("failed the link for another subscription or another error")

@@ -79,7 +79,7 @@ func newReaderFuzz(t *testing.T, ctl byte) *readerFuzz {
 			c.st = &fakeStream{c: c, id: "s" + strconv.Itoa(i+1)}
 		}
 		r.calls = append(r.calls, c)
-		r.l.forward(c)
+		r.l.forward(c, 0)
 	}
 	for i, c := range r.calls {
 		if ctl&(2<<i) != 0 {
@@ -120,7 +120,7 @@ func (r *readerFuzz) run(data []byte) {
 		out0 := len(r.l.out)
 		for _, line := range bytes.Split(data, []byte{'\n'}) {
 			r.cur = parseMessage(line)
-			r.l.handleLine(line, fuzzMax)
+			r.l.readLines(append(line[:len(line):len(line)], '\n'), fuzzMax)
 		}
 		r.cur = nil
 		// What edge answered the upstream (a -32601 per request) is

@@ -39,7 +39,10 @@ func (r Route) Matches(method string) bool {
 	return r.Pattern == method
 }
 
-// Set is every upstream of the gateway and the routes to them.
+// Set is every upstream of the gateway and the routes to them. Its
+// methods' concurrency classes are Upstream's: Empty, Upstreams, Lookup and
+// Forwarder are immutable (they read what NewSet fixed, from any goroutine,
+// as every session does for every call); Start, StartOn and Close are once.
 type Set struct {
 	ups    []*Upstream // in the order first named
 	byName map[string]*Upstream
@@ -94,14 +97,16 @@ func NewSet(specs []Spec, routes []Route, cfg Config) (*Set, error) {
 }
 
 // Empty reports whether there are no upstreams: every method is the memory
-// backend's.
+// backend's. Immutable.
 func (s *Set) Empty() bool { return len(s.ups) == 0 }
 
-// Upstreams lists the upstreams in the order first named.
+// Upstreams lists the upstreams in the order first named. Immutable: the
+// caller must not modify the slice.
 func (s *Set) Upstreams() []*Upstream { return s.ups }
 
 // Lookup returns the upstream serving method, or nil for the memory backend,
 // and the route that chose it (nil for the default: the first upstream).
+// Immutable.
 func (s *Set) Lookup(method string) (*Upstream, *Route) {
 	for i := range s.routes {
 		r := &s.routes[i]
@@ -117,7 +122,7 @@ func (s *Set) Lookup(method string) (*Upstream, *Route) {
 
 // Forwarder returns the forwarder of method, or nil when the memory backend
 // serves it. edge/topic and edge/publish are always edge's own (CONTRACT.md
-// section 10).
+// section 10). Immutable.
 func (s *Set) Forwarder(method string) backend.Forwarder {
 	if method == "edge/topic" || method == "edge/publish" {
 		return nil
@@ -128,7 +133,7 @@ func (s *Set) Forwarder(method string) backend.Forwarder {
 	return nil
 }
 
-// Start starts every upstream on loops of their own (Upstream.Start).
+// Start starts every upstream on loops of their own (Upstream.Start). Once.
 func (s *Set) Start() {
 	for _, u := range s.ups {
 		u.Start()
@@ -136,14 +141,15 @@ func (s *Set) Start() {
 }
 
 // StartOn starts every upstream with its exec, tcp and ws connections on
-// the gateway's event loops (Upstream.StartOn).
+// the gateway's event loops (Upstream.StartOn). Once.
 func (s *Set) StartOn(loops backend.Loops) {
 	for _, u := range s.ups {
 		u.StartOn(loops)
 	}
 }
 
-// Close closes every upstream.
+// Close closes every upstream (Upstream.Close). Once, after Start or StartOn,
+// once the gateway forwards no more.
 func (s *Set) Close() {
 	for _, u := range s.ups {
 		u.Close()

@@ -58,7 +58,7 @@ func (c *counters) ended(o outcome, start, now int64) {
 	}
 }
 
-// Stats returns the upstream's counters. Safe for concurrent use.
+// Stats returns the upstream's counters. Concurrent.
 func (u *Upstream) Stats() Stats {
 	var st Stats
 	st.Up, st.Total = u.Connected()
@@ -67,16 +67,6 @@ func (u *Upstream) Stats() Stats {
 	}
 	st.Duration = u.counters.duration.Load()
 	return st
-}
-
-// ended counts call e of link l, which ended with o at now: a call the
-// gateway had cancelled counts as cancelled whatever ended it. Its
-// duration runs from when it was sent, which its deadline tells.
-func (l *link) ended(e call, o outcome, now int64) {
-	if e.dropped {
-		o = outcomeCancelled
-	}
-	l.up.counters.ended(o, e.deadline-int64(l.up.cfg.Timeout), now)
 }
 
 func nowNanos() int64 { return time.Now().UnixNano() }

@@ -1,18 +1,3 @@
-// Package upstream puts edge in front of other JSON-RPC servers (CONTRACT.md
-// section 10): it forwards calls over exec children (NDJSON on stdio), TCP
-// (NDJSON), WebSocket, HTTP and NATS (section 13, nats.go), rewriting ids so that many client
-// connections share a few upstream connections.
-//
-// An Upstream is a backend.Forwarder. Forward runs on an event loop and never
-// waits for I/O: it appends the request to a connection's output buffer and
-// returns. The exec, tcp and ws connections live on the gateway's event
-// loops (backend.Loops, see link): a call from a session goes to a
-// connection its own loop owns when one is up, so the request is written in
-// the loop's flush and the answer is read, parsed and completed on that loop,
-// with no goroutine and no lock hand-off in between; a call from another loop
-// goes through the owning loop's task queue. A call in flight is one table
-// entry, not a goroutine (HTTP, whose protocol has no multiplexing, is the
-// exception: one request per call; NATS connections are nats.go's).
 package upstream
 
 import (
@@ -231,7 +216,14 @@ func splitWords(s string) ([]string, error) {
 }
 
 // Upstream is one named upstream: its replicas and their connections. It is
-// a backend.Forwarder. Safe for concurrent use.
+// a backend.Forwarder. Each method's doc states its concurrency class:
+//
+//   - immutable: reads what New fixed; safe from any goroutine at any time.
+//   - concurrent: safe for concurrent use with every other method but Close.
+//   - loop: called by an event loop (or a session's goroutine) for a call
+//     or notification; never blocks; concurrent with the other loops.
+//   - once: called once, by the one goroutine that owns the Upstream's
+//     lifecycle (cmd/edge's main, a test).
 type Upstream struct {
 	name string
 	cfg  Config
@@ -291,20 +283,21 @@ func (u *Upstream) addLink(r Replica, desc string) {
 	u.sups = append(u.sups, &supervisor{u: u, l: l, r: r})
 }
 
-// Name is the upstream's name.
+// Name is the upstream's name. Immutable.
 func (u *Upstream) Name() string { return u.name }
 
 // HTTPOnly reports whether every replica is an HTTP one (no subscriptions).
+// Immutable.
 func (u *Upstream) HTTPOnly() bool { return len(u.links) == 0 }
 
-// HasHTTP reports whether some replica is an HTTP one.
+// HasHTTP reports whether some replica is an HTTP one. Immutable.
 func (u *Upstream) HasHTTP() bool { return len(u.http) > 0 }
 
-// Dropped reports how many upstream messages were dropped.
+// Dropped reports how many upstream messages were dropped. Concurrent.
 func (u *Upstream) Dropped() int64 { return u.dropped.Load() }
 
 // Late reports how many answers came for calls that had timed out already
-// (answered UPSTREAM_TIMEOUT); they are not counted in Dropped.
+// (answered UPSTREAM_TIMEOUT); they are not counted in Dropped. Concurrent.
 func (u *Upstream) Late() int64 { return u.late.Load() }
 
 // placement is where an upstream's byte-stream links live: the Loops, and
@@ -316,7 +309,7 @@ type placement struct {
 
 // Start is StartOn without the gateway's event loops: the exec, tcp and ws
 // connections run on a loop of the upstream's own (goLoop), for callers that
-// have none (edge --stdio, tests).
+// have none (edge --stdio, tests). Once, instead of StartOn.
 func (u *Upstream) Start() {
 	var g *goLoop
 	for _, l := range u.links {
@@ -337,7 +330,8 @@ func (u *Upstream) Start() {
 // UPSTREAM_UNAVAILABLE until a connection is up. The exec, tcp and ws
 // connections are spread over loops: connection k of the upstream lives on
 // loop k mod loops.NumLoops(), so with --upstream-conns at least the number
-// of loops every loop owns a connection to every tcp and ws replica.
+// of loops every loop owns a connection to every tcp and ws replica. Once,
+// instead of Start; Forward may run before it (UPSTREAM_UNAVAILABLE).
 func (u *Upstream) StartOn(loops backend.Loops) {
 	p := &placement{loops: loops}
 	if loops != nil {
@@ -360,6 +354,7 @@ func (u *Upstream) StartOn(loops backend.Loops) {
 }
 
 // Ready reports whether some connection of the upstream takes calls.
+// Concurrent.
 func (u *Upstream) Ready() bool {
 	for _, l := range u.links {
 		if l.isUp() {
@@ -376,6 +371,7 @@ func (u *Upstream) Ready() bool {
 
 // Connected reports how many of the upstream's connections (exec, tcp and
 // ws; an HTTP replica counts as one) take calls now, out of how many.
+// Concurrent.
 func (u *Upstream) Connected() (up, total int) {
 	for _, l := range u.links {
 		if l.isUp() {
@@ -392,7 +388,9 @@ func (u *Upstream) Connected() (up, total int) {
 
 // Close closes every connection (exec children get EOF, then SIGTERM, then
 // SIGKILL) and waits for the connection goroutines to end. Calls still in
-// flight get UPSTREAM_UNAVAILABLE.
+// flight get UPSTREAM_UNAVAILABLE. Once, after Start or StartOn and once
+// the gateway forwards no more: not concurrently with Forward or Notify (an
+// HTTP call started meanwhile would race Close's wait for the calls).
 func (u *Upstream) Close() {
 	u.stop.Do(func() { close(u.quit) })
 	for _, h := range u.http {
@@ -411,15 +409,15 @@ func (u *Upstream) Close() {
 // connection with the fewest calls in flight, across replicas, among those
 // the call's own event loop owns if any is up, else among all; with none
 // connected it is answered UPSTREAM_UNAVAILABLE at once (nothing queues).
-// Runs on an event loop; never waits for I/O.
-func (u *Upstream) Forward(c backend.Call) backend.Ticket {
+// Loop: runs on an event loop; never waits for I/O.
+func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
-		home := u.home(c)
+		home := u.home(o)
 		if l := u.pick(home); l != nil {
 			if l.nats != nil || l.home == home {
-				return l.forward(c)
+				return l.forward(c, o.Admitted)
 			}
-			return l.forwardFrom(c)
+			return l.forwardFrom(c, o.Admitted)
 		}
 	}
 	if c.Stream() == nil {
@@ -432,22 +430,14 @@ func (u *Upstream) Forward(c backend.Call) backend.Ticket {
 	return backend.Ticket{}
 }
 
-// home returns the number of the event loop c runs on, if it is one of the
-// upstream's Loops, else -1.
-func (u *Upstream) home(c any) int {
-	h, ok := c.(backend.Homed)
-	if !ok {
-		return -1
-	}
+// home returns the number of the event loop a call from o runs on, if it
+// is one of the upstream's Loops, else -1.
+func (u *Upstream) home(o backend.Origin) int {
 	p := u.place.Load()
-	if p == nil || p.loops == nil {
+	if o.Loops == nil || p == nil || o.Loops != p.loops || o.Loop < 0 || o.Loop >= len(p.byHome) {
 		return -1
 	}
-	loops, i := h.Home()
-	if loops != p.loops || i < 0 || i >= len(p.byHome) {
-		return -1
-	}
-	return i
+	return o.Loop
 }
 
 // pick returns the connected link with the fewest calls in flight among
@@ -514,7 +504,7 @@ func (u *Upstream) backoff(n int) time.Duration {
 
 // Notify implements backend.Notifier: the notification goes to a connected
 // connection, or nowhere when none is (a notification has no answer to
-// carry the failure). Runs on an event loop; never waits for I/O.
+// carry the failure). Loop: runs on an event loop; never waits for I/O.
 func (u *Upstream) Notify(method string, params []byte) {
 	if l := u.pick(-1); l != nil {
 		if l.nats != nil {

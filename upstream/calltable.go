@@ -1,0 +1,374 @@
+package upstream
+
+import (
+	"strconv"
+
+	"github.com/openengine/edge/backend"
+)
+
+// This file is the pending-call table of a link (every link transport:
+// exec, tcp, ws and nats): one entry per forwarded call from the request to
+// its end, with a typed state. Every change of state goes through
+// link.moveLocked, which applies the side effects the transition calls for
+// (the transport's cancel or subscription/cancel, the in-flight count, the
+// request metric, the call's one Finish, removal from the table), so that no
+// path can forget one of them or finish a call twice.
+
+// callState is the lifecycle of an entry. Legal transitions:
+//
+//	sent         -> dropped     the gateway cancelled the unary call (Cancel): its
+//	                            answer is still awaited, and not wanted; ws: $/cancelRequest
+//	establishing -> dropped     the same for a subscription request
+//	establishing -> live        the upstream established the subscription (counted ok)
+//	sent, establishing, dropped
+//	             -> expired     --upstream-timeout passed: the call is finished
+//	                            UPSTREAM_TIMEOUT (and the cancel sent, if not yet); the
+//	                            entry waits one more timeout for the late answer
+//	dropped, expired
+//	             -> orphaned    the answer to a subscription request nobody wants
+//	                            came: subscription/cancel is sent with the upstream's
+//	                            id; its events are dropped and counted until the
+//	                            upstream closes it or one more timeout passes
+//	any          -> ended       removed from the table: answered, refused, failed,
+//	                            closed by the upstream, cancelled while live
+//	                            (subscription/cancel), or forgotten
+//
+// ended is final. The call is finished exactly once, on the transition from
+// a state that holds it (sent, establishing, dropped, live) to one that does
+// not (expired, orphaned, ended). The entries in flight, counted in
+// link.inflight for the replica choice, are those sent, establishing or
+// dropped.
+type callState uint8
+
+const (
+	callSent callState = iota + 1
+	callEstablishing
+	callDropped
+	callLive
+	callExpired
+	callOrphaned
+	callEnded
+)
+
+func (s callState) String() string {
+	switch s {
+	case callSent:
+		return "sent"
+	case callEstablishing:
+		return "establishing"
+	case callDropped:
+		return "dropped"
+	case callLive:
+		return "live"
+	case callExpired:
+		return "expired"
+	case callOrphaned:
+		return "orphaned"
+	case callEnded:
+		return "ended"
+	}
+	return "callState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// canGo reports whether the table of callState allows from -> to.
+func (from callState) canGo(to callState) bool {
+	switch to {
+	case callDropped:
+		return from == callSent || from == callEstablishing
+	case callLive:
+		return from == callEstablishing
+	case callExpired:
+		return from == callSent || from == callEstablishing || from == callDropped
+	case callOrphaned:
+		return from == callDropped || from == callExpired
+	case callEnded:
+		return from >= callSent && from < callEnded
+	}
+	return false
+}
+
+// holdsCall reports whether the call is not finished yet in state s.
+func (s callState) holdsCall() bool { return s >= callSent && s <= callLive }
+
+// inFlight reports whether an entry in state s counts in link.inflight.
+func (s callState) inFlight() bool { return s >= callSent && s <= callDropped }
+
+// cause is why an entry changes state: it decides the outcome counted and
+// whether the upstream is told.
+type cause uint8
+
+const (
+	byAnswer   cause = iota // the upstream answered (a result, or err)
+	byGateway               // the gateway cancelled it (Cancel)
+	byTimeout               // --upstream-timeout passed
+	byUpstream              // the upstream ended it: subscription/closed, no responders, its worker gone
+	byDown                  // the link failed or closed
+	byForget                // a lingering entry's second timeout passed
+)
+
+// entry is one call of a link's table. Guarded by link.mu.
+type entry struct {
+	id     uint64
+	state  callState
+	c      backend.Call   // nil once finished
+	stream backend.Stream // non-nil for a subscription
+	sent   int64          // unix nanoseconds: when the gateway admitted it (the metric's start)
+	// deadline is when the entry times out (unix nanoseconds); 0 for a
+	// live subscription, which has none. The entries with a deadline are
+	// linked in deadline order (prev, next).
+	deadline   int64
+	prev, next *entry
+	upSub      string // the upstream's subscription id, once it sent one
+	worker     string // NATS: the worker that took the call, once it said so
+}
+
+// callTable holds a link's entries: by upstream id, by upstream
+// subscription id (byte-stream links; NATS finds a subscription by its
+// stream subject), and in deadline order, so that a sweep looks at the
+// entries due and no others. Guarded by link.mu.
+type callTable struct {
+	ids  map[uint64]*entry
+	subs map[string]*entry // live and orphaned subscriptions by the upstream's id (byte-stream)
+	// head and tail are the entries with a deadline, earliest first.
+	head, tail *entry
+	// workers counts the entries each NATS worker holds (sweep probes
+	// them).
+	workers map[string]int
+	// lingering is the entries expired or orphaned: at most maxExpired.
+	lingering int
+	free      []*entry // ended entries kept for reuse (at most maxFree)
+}
+
+// maxFree bounds the entries a table keeps for reuse after a burst.
+const maxFree = 4096
+
+func newCallTable() callTable {
+	return callTable{ids: make(map[uint64]*entry), subs: make(map[string]*entry)}
+}
+
+// len is the number of entries.
+func (t *callTable) len() int { return len(t.ids) }
+
+// get returns entry id, or nil.
+func (t *callTable) get(id uint64) *entry { return t.ids[id] }
+
+// add records call c with upstream id id, sent (admitted) at sent and due at
+// deadline: a subscription request when st is non-nil.
+func (t *callTable) add(id uint64, c backend.Call, st backend.Stream, sent, deadline int64) *entry {
+	var e *entry
+	if n := len(t.free); n > 0 {
+		e = t.free[n-1]
+		t.free[n-1] = nil
+		t.free = t.free[:n-1]
+	} else {
+		e = new(entry)
+	}
+	*e = entry{id: id, state: callSent, c: c, stream: st, sent: sent}
+	if st != nil {
+		e.state = callEstablishing
+	}
+	t.ids[id] = e
+	t.link(e, deadline)
+	return e
+}
+
+// link puts e in deadline order, due at d. Deadlines arrive almost in
+// order (each is a loop's clock of the admitting turn plus the timeout),
+// so the walk back from the tail is short.
+func (t *callTable) link(e *entry, d int64) {
+	e.deadline = d
+	p := t.tail
+	for p != nil && p.deadline > d {
+		p = p.prev
+	}
+	e.prev = p
+	if p == nil {
+		e.next = t.head
+		t.head = e
+	} else {
+		e.next = p.next
+		p.next = e
+	}
+	if e.next == nil {
+		t.tail = e
+	} else {
+		e.next.prev = e
+	}
+}
+
+// unlink takes e out of deadline order.
+func (t *callTable) unlink(e *entry) {
+	if e.deadline == 0 {
+		return
+	}
+	if e.prev == nil {
+		t.head = e.next
+	} else {
+		e.prev.next = e.next
+	}
+	if e.next == nil {
+		t.tail = e.prev
+	} else {
+		e.next.prev = e.prev
+	}
+	e.prev, e.next, e.deadline = nil, nil, 0
+}
+
+// due returns the earliest entry whose deadline is at or before now, or
+// nil.
+func (t *callTable) due(now int64) *entry {
+	if t.head != nil && t.head.deadline <= now {
+		return t.head
+	}
+	return nil
+}
+
+// remove deletes e from every index and keeps it for reuse.
+func (t *callTable) remove(e *entry) {
+	t.unlink(e)
+	delete(t.ids, e.id)
+	if e.upSub != "" && t.subs[e.upSub] == e {
+		delete(t.subs, e.upSub)
+	}
+	t.unworker(e)
+	*e = entry{state: callEnded}
+	if len(t.free) < maxFree {
+		t.free = append(t.free, e)
+	}
+}
+
+// setWorker records that worker took e.
+func (t *callTable) setWorker(e *entry, worker string) {
+	e.worker = worker
+	if t.workers == nil {
+		t.workers = make(map[string]int)
+	}
+	t.workers[worker]++
+}
+
+func (t *callTable) unworker(e *entry) {
+	if e.worker == "" {
+		return
+	}
+	if n := t.workers[e.worker] - 1; n > 0 {
+		t.workers[e.worker] = n
+	} else {
+		delete(t.workers, e.worker)
+	}
+}
+
+// finish is a call's Finish, applied by whoever moved its entry once the
+// link's mu is released (Finish posts to the call's loop).
+type finish struct {
+	c      backend.Call
+	result []byte
+	err    error
+}
+
+// do applies f; a zero finish does nothing.
+func (f finish) do() {
+	if f.c != nil {
+		f.c.Finish(f.result, f.err)
+	}
+}
+
+// moveLocked moves entry e to state to for cause, with the side effects the
+// transition calls for (see callState): the transport's cancel or
+// subscription/cancel, the in-flight count, the request metric (outcome by
+// cause: ok or error for an answer, cancelled for a dropped call,
+// timeout, unavailable), removal from the table, and the call's Finish,
+// with result or err, which it returns for the caller to apply once mu is
+// released (a dropped call is finished UPSTREAM_UNAVAILABLE, not delivered,
+// or UPSTREAM_TIMEOUT). An illegal transition panics. Called with mu held;
+// the caller signals the link's output afterwards when it may have queued
+// a cancel.
+func (l *link) moveLocked(e *entry, to callState, why cause, result []byte, err error) finish {
+	return l.moveAtLocked(e, to, why, result, err, 0)
+}
+
+// moveAtLocked is moveLocked at time now (unix nanoseconds; 0: the link's
+// clock), for the sweep, which moves the entries due at now.
+func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, err error, now int64) finish {
+	from := e.state
+	if !from.canGo(to) {
+		panic("upstream: call " + strconv.FormatUint(e.id, 10) + ": illegal transition " + from.String() + " -> " + to.String())
+	}
+	t := &l.calls
+	// The upstream is told what the gateway gives up while it still
+	// holds it.
+	switch {
+	case to == callDropped, why == byTimeout && (from == callSent || from == callEstablishing):
+		l.cancelLocked(e)
+	case to == callOrphaned, to == callEnded && from == callLive && why == byGateway:
+		l.subCancelLocked(e, e.upSub)
+	}
+	if from.inFlight() && !to.inFlight() {
+		l.inflight.Add(-1)
+		if now == 0 {
+			now = l.clock()
+		}
+		o := outcomeUnavailable
+		switch {
+		case from == callDropped:
+			o = outcomeCancelled
+		case why == byAnswer && err == nil:
+			o = outcomeOK
+		case why == byAnswer:
+			o = outcomeError
+		case why == byTimeout:
+			o = outcomeTimeout
+		}
+		l.up.counters.ended(o, e.sent, now)
+	}
+	var f finish
+	if from.holdsCall() && !to.holdsCall() {
+		if from == callDropped {
+			result, err = nil, backend.ErrUpstreamUnavailable // not delivered: cancelled
+			if why == byTimeout {
+				err = backend.ErrUpstreamTimeout
+			}
+		}
+		f = finish{c: e.c, result: result, err: err}
+		e.c = nil
+	}
+	switch to {
+	case callLive:
+		t.unlink(e)
+		if l.nats == nil {
+			t.subs[e.upSub] = e
+		}
+	case callExpired, callOrphaned:
+		if from != callExpired {
+			t.lingering++
+		}
+		if to == callOrphaned && l.nats == nil {
+			t.subs[e.upSub] = e
+		}
+		if now == 0 {
+			now = l.clock()
+		}
+		t.unlink(e)
+		t.link(e, now+int64(l.up.cfg.Timeout))
+	case callEnded:
+		if from == callExpired || from == callOrphaned {
+			t.lingering--
+		}
+		t.remove(e)
+		return f
+	}
+	e.state = to
+	return f
+}
+
+// expireLocked moves e, due at now, on: a call in flight times out
+// (expired, or ended at once when maxExpired entries linger already); a
+// lingering entry is forgotten. Called with mu held.
+func (l *link) expireLocked(e *entry, now int64) finish {
+	switch {
+	case e.state == callExpired || e.state == callOrphaned:
+		return l.moveAtLocked(e, callEnded, byForget, nil, nil, now)
+	case l.calls.lingering >= maxExpired:
+		return l.moveAtLocked(e, callEnded, byTimeout, nil, backend.ErrUpstreamTimeout, now)
+	}
+	return l.moveAtLocked(e, callExpired, byTimeout, nil, backend.ErrUpstreamTimeout, now)
+}
