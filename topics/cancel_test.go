@@ -50,7 +50,7 @@ func subscribeEach(tb testing.TB, tops *Topics, n int) []backend.Ticket {
 	tickets := make([]backend.Ticket, n)
 	for i := range tickets {
 		c := &nopCall{params: []byte(`{"name":"t` + itoa(i) + `"}`)}
-		tickets[i] = tops.Forward(c)
+		tickets[i] = tops.Forward(c, backend.Origin{})
 		if c.finished != 0 {
 			tb.Fatalf("subscription %d finished at once", i)
 		}
@@ -133,8 +133,8 @@ func TestWaitingSubscriptionExpires(t *testing.T) {
 		tops.cfg.JetStream = true
 		live := &chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)}
 		replay := &chanCall{params: []byte(`{"name":"b","fromCursor":"3"}`), st: newGateStream(false), done: make(chan error, 1)}
-		tops.Forward(live)
-		tops.Forward(replay)
+		tops.Forward(live, backend.Origin{})
+		tops.Forward(replay, backend.Origin{})
 
 		time.Sleep(tops.cfg.Timeout - time.Nanosecond)
 		synctest.Wait()
@@ -184,14 +184,14 @@ func TestWaitingSubscriptionExpires(t *testing.T) {
 func TestLateExpiryLeavesNewSubscribers(t *testing.T) {
 	tops := openTopics(t)
 	tops.cfg.JetStream = true
-	tops.Forward(&chanCall{params: []byte(`{"name":"a","fromCursor":"0"}`), st: newGateStream(false), done: make(chan error, 1)})
-	first := tops.Forward(&chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)})
+	tops.Forward(&chanCall{params: []byte(`{"name":"a","fromCursor":"0"}`), st: newGateStream(false), done: make(chan error, 1)}, backend.Origin{})
+	first := tops.Forward(&chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)}, backend.Origin{})
 	tops.mu.Lock()
 	tp, want := tops.topics["a"], tops.topics["a"].want
 	tops.mu.Unlock()
 	first.Cancel()
 	second := &chanCall{params: []byte(`{"name":"a"}`), st: newGateStream(false), done: make(chan error, 1)}
-	tops.Forward(second)
+	tops.Forward(second, backend.Origin{})
 
 	tops.expireWaiting(tp, want) // the first subscriber's timer, late
 	select {

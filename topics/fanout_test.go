@@ -94,7 +94,7 @@ func subscribeGate(t *testing.T, tops *Topics, name string, block bool) (*gateSt
 	t.Helper()
 	g := newGateStream(block)
 	c := &chanCall{params: []byte(`{"name":"` + name + `"}`), st: g, done: make(chan error, 1)}
-	tk := tops.Forward(c)
+	tk := tops.Forward(c, backend.Origin{})
 	select {
 	case <-g.established:
 	case err := <-c.done:
@@ -136,7 +136,7 @@ func TestCancelDuringFanOut(t *testing.T) {
 		defer close(done)
 		other.Cancel()
 		g := newGateStream(false)
-		tops.Forward(&chanCall{params: []byte(`{"name":"elsewhere"}`), st: g, done: make(chan error, 1)})
+		tops.Forward(&chanCall{params: []byte(`{"name":"elsewhere"}`), st: g, done: make(chan error, 1)}, backend.Origin{})
 	}()
 	if !within(done, 5*time.Second) {
 		t.Fatal("Cancel and Forward waited for a fan-out in progress (Topics.mu held behind the fan-out's lock)")
@@ -161,7 +161,7 @@ func TestStaleSubscribeNotReady(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	replay := newGateStream(false)
-	tops.Forward(&chanCall{params: []byte(`{"name":"h","fromCursor":"0"}`), st: replay, done: make(chan error, 1)})
+	tops.Forward(&chanCall{params: []byte(`{"name":"h","fromCursor":"0"}`), st: replay, done: make(chan error, 1)}, backend.Origin{})
 	if !within(replay.established, 10*time.Second) {
 		t.Fatal("the replay was never answered")
 	}
@@ -174,13 +174,13 @@ func TestStaleSubscribeNotReady(t *testing.T) {
 		<-release
 	}
 	first := &chanCall{params: []byte(`{"name":"h"}`), st: newGateStream(false), done: make(chan error, 1)}
-	tk := tops.Forward(first)
+	tk := tops.Forward(first, backend.Origin{})
 	if n := <-entered; n != 1 {
 		t.Fatalf("subscribe %d, want 1", n)
 	}
 	tk.Cancel()
 	second := newGateStream(false)
-	tops.Forward(&chanCall{params: []byte(`{"name":"h"}`), st: second, done: make(chan error, 1)})
+	tops.Forward(&chanCall{params: []byte(`{"name":"h"}`), st: second, done: make(chan error, 1)}, backend.Origin{})
 	release <- struct{}{}
 
 	if n := <-entered; n != 2 {

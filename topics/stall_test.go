@@ -17,7 +17,7 @@ import (
 // call, whose answer comes on done.
 func publishCall(tops *Topics, name, data string) *call {
 	c := &call{params: []byte(`{"name":"` + name + `","data":` + data + `}`), done: make(chan error, 1)}
-	tops.Forward(c)
+	tops.Forward(c, backend.Origin{})
 	return c
 }
 
@@ -71,7 +71,7 @@ func TestJetStreamStallAnswersInTime(t *testing.T) {
 	}
 	fresh := newGateStream(false)
 	topic := &chanCall{params: []byte(`{"name":"fresh"}`), st: fresh, done: make(chan error, 1)}
-	tops.Forward(topic)
+	tops.Forward(topic, backend.Origin{})
 
 	for i, c := range pubs {
 		select {
