@@ -16,6 +16,7 @@ const (
 	dropTooLong     = "message over the size limit"
 	dropUnknownNote = "unknown notification"
 	dropBadSub      = "subscription result without a subscriptionId"
+	dropBadError    = "an error member that is not an object"
 )
 
 // handle applies one message from the upstream. Runs where the link reads:
@@ -111,7 +112,11 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 			e.c.Finish(nil, backend.ErrUpstreamUnavailable) // not delivered: cancelled
 		case errObj != nil:
 			l.ended(e, outcomeError, now)
-			e.c.Finish(nil, &backend.RawError{Object: append([]byte(nil), errObj...)})
+			err := answerError(append([]byte(nil), errObj...))
+			if err == errUpstreamProtocol {
+				l.drop(dropBadError)
+			}
+			e.c.Finish(nil, err)
 		default:
 			l.ended(e, outcomeOK, now)
 			e.c.Finish(result, nil)
@@ -145,6 +150,23 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 // errBadSubscription fails a subscription request whose upstream result has
 // no usable subscriptionId.
 var errBadSubscription = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "UPSTREAM_PROTOCOL"}
+
+// errUpstreamProtocol answers a call whose upstream answer breaks JSON-RPC
+// in a way the client would see: -32603 UPSTREAM_PROTOCOL.
+var errUpstreamProtocol = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "UPSTREAM_PROTOCOL"}
+
+// answerError is the error a call is answered with for its upstream
+// answer's error member errObj (raw JSON), for every transport: the object,
+// passed through byte for byte (a *backend.RawError that holds errObj
+// itself); anything else (null, 5, a string) is no JSON-RPC error
+// (JSON-RPC 2.0 section 5.1) and would reach the client as its error, so
+// the call is answered errUpstreamProtocol instead.
+func answerError(errObj []byte) error {
+	if len(errObj) == 0 || errObj[0] != '{' {
+		return errUpstreamProtocol
+	}
+	return &backend.RawError{Object: errObj}
+}
 
 // notification applies an event or a subscription/closed.
 func (l *link) notification(method, params []byte) {

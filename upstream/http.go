@@ -125,7 +125,12 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 		return
 	}
 	if errObj != nil {
-		c.Finish(nil, &backend.RawError{Object: errObj})
+		err := answerError(errObj)
+		if err == errUpstreamProtocol {
+			h.u.dropped.Add(1)
+			h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropBadError, "status", res.StatusCode)
+		}
+		c.Finish(nil, err)
 		return
 	}
 	c.Finish(result, nil)
@@ -198,7 +203,7 @@ func (c countedCall) Finish(result []byte, err error) {
 		o = outcomeCancelled
 	case err == backend.ErrUpstreamTimeout:
 		o = outcomeTimeout
-	case errors.As(err, &raw):
+	case errors.As(err, &raw), err == errUpstreamProtocol:
 		o = outcomeError
 	default:
 		o = outcomeUnavailable
