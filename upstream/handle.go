@@ -341,17 +341,25 @@ type burst struct {
 	total      int
 }
 
+// add counts one more at now and reports whether to log it: the first
+// after a quiet second. The caller logs suppressed and then zeroes it.
+func (b *burst) add(now time.Time) bool {
+	b.total++
+	if now.Sub(b.last) < time.Second {
+		b.suppressed++
+		return false
+	}
+	b.last = now
+	return true
+}
+
 // drop counts one dropped upstream message. Reader only (see handle).
 func (l *link) drop(why string) {
 	l.up.dropped.Add(1)
 	b := &l.garbage
-	b.total++
-	now := time.Now()
-	if now.Sub(b.last) < time.Second {
-		b.suppressed++
+	if !b.add(time.Now()) {
 		return
 	}
-	b.last = now
 	l.up.log.Warn("upstream message dropped", slog.String("upstream", l.up.name),
 		slog.String("conn", l.desc), slog.String("why", why),
 		slog.Int("droppedSinceLastLog", b.suppressed), slog.Int("droppedTotal", b.total))

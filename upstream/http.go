@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 // (CONTRACT.md section 10). HTTP has no multiplexing and no cancel message,
 // so each call is one request on its own goroutine, and a cancel aborts it.
 // A replica whose requests fail at the transport is skipped for a back-off.
+// A response's head is read up to Config.MaxHeaderBytes and its body up
+// to Config.MaxMessageBytes; a redirect is not followed.
 type httpReplica struct {
 	u      *Upstream
 	url    string
@@ -30,16 +33,23 @@ type httpReplica struct {
 	fails   int                           // guarded by mu: transport failures in a row
 	downTil time.Time                     // guarded by mu: skipped until then
 	wasDown bool                          // guarded by mu: the last state logged was down
+	garbage burst                         // guarded by mu: answers dropped
 }
 
 func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
 	return &httpReplica{
 		u:   u,
 		url: r.URL,
-		client: &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: max(u.cfg.Conns, 64),
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		client: &http.Client{
+			Transport: &http.Transport{
+				MaxIdleConnsPerHost:    max(u.cfg.Conns, 64),
+				IdleConnTimeout:        90 * time.Second,
+				MaxResponseHeaderBytes: int64(u.cfg.MaxHeaderBytes),
+			},
+			// A JSON-RPC POST is not redirected: the 3xx is the answer
+			// (do), and nothing is sent to where it points.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		cancels: make(map[uint64]context.CancelFunc),
 	}
 }
@@ -73,6 +83,12 @@ func (h *httpReplica) Cancel(id uint64) {
 	}
 }
 
+// Why an http answer was dropped, besides handle.go's reasons.
+const (
+	dropRedirect = "a redirect, not followed"
+	dropLongHead = "response head over the size limit"
+)
+
 func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.Call) {
 	defer h.calls.Done()
 	start := nowNanos()
@@ -88,17 +104,29 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	req.Header.Set("Content-Type", "application/json")
 	res, err := h.client.Do(req)
 	if err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
+		switch {
+		case ctx.Err() == context.DeadlineExceeded:
 			c.Finish(nil, backend.ErrUpstreamTimeout)
 			return
-		}
-		if ctx.Err() == nil {
-			h.failed()
+		case ctx.Err() != nil: // cancelled, or Close
+		case headTooLong(err):
+			// The upstream answered, too much: not a transport failure.
+			h.drop(dropLongHead, 0, "")
+		default:
+			h.failed(err)
 		}
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
 	defer res.Body.Close()
+	if res.StatusCode >= 300 && res.StatusCode < 400 {
+		// Not followed, also to the same host: a POST re-sent elsewhere
+		// (307, 308) or turned into a GET (301-303) is not the call the
+		// client made. The --upstream URL wants fixing.
+		h.drop(dropRedirect, res.StatusCode, res.Header.Get("Location"))
+		c.Finish(nil, errUpstreamProtocol)
+		return
+	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, int64(h.u.cfg.MaxMessageBytes)+1))
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
@@ -110,8 +138,7 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	}
 	h.ok()
 	if len(data) > h.u.cfg.MaxMessageBytes {
-		h.u.dropped.Add(1)
-		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropTooLong)
+		h.drop(dropTooLong, res.StatusCode, "")
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
@@ -119,16 +146,14 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	idTok, result, errObj := msg.ID, msg.Result, msg.Error
 	got, idOK := codec.ParseUint(idTok)
 	if !ok || !idOK || got != id || (result == nil) == (errObj == nil) {
-		h.u.dropped.Add(1)
-		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropBadJSON, "status", res.StatusCode)
+		h.drop(dropBadJSON, res.StatusCode, "")
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
 	if errObj != nil {
 		err := answerError(errObj)
 		if err == errUpstreamProtocol {
-			h.u.dropped.Add(1)
-			h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.url, "why", dropBadError, "status", res.StatusCode)
+			h.drop(dropBadError, res.StatusCode, "")
 		}
 		c.Finish(nil, err)
 		return
@@ -136,15 +161,47 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	c.Finish(result, nil)
 }
 
+// headTooLong reports whether err is net/http's for a response head over
+// Transport.MaxResponseHeaderBytes, which has no type of its own
+// (TestHTTPResponseHeadBounded fails should its text change).
+func headTooLong(err error) bool {
+	return strings.Contains(err.Error(), "server response headers exceeded")
+}
+
+// drop counts an answer that was not passed on and logs it once per
+// burst: why, the HTTP status (0: none read) and a redirect's Location.
+func (h *httpReplica) drop(why string, status int, location string) {
+	h.u.dropped.Add(1)
+	h.mu.Lock()
+	log := h.garbage.add(time.Now())
+	suppressed, total := h.garbage.suppressed, h.garbage.total
+	if log {
+		h.garbage.suppressed = 0
+	}
+	h.mu.Unlock()
+	if !log {
+		return
+	}
+	attrs := []any{"upstream", h.u.name, "conn", h.url, "why", why}
+	if status != 0 {
+		attrs = append(attrs, "status", status)
+	}
+	if location != "" {
+		attrs = append(attrs, "location", location)
+	}
+	attrs = append(attrs, "droppedSinceLastLog", suppressed, "droppedTotal", total)
+	h.u.log.Warn("upstream message dropped", attrs...)
+}
+
 // failed records a transport failure: the replica is skipped for a back-off.
-func (h *httpReplica) failed() {
+func (h *httpReplica) failed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.downTil = time.Now().Add(h.u.backoff(h.fails))
 	h.fails++
 	if !h.wasDown {
 		h.wasDown = true
-		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.url)
+		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.url, "err", err)
 	}
 }
 

@@ -3,12 +3,15 @@ package upstream
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +104,99 @@ func request(r *http.Request) (id, method string) {
 	body, _ := io.ReadAll(r.Body)
 	json.Unmarshal(body, &req)
 	return string(req.ID), req.Method
+}
+
+// TestHTTPResponseHeadBounded (issue 24 item 4): an http upstream's
+// response head is read up to Config.MaxHeaderBytes (--max-header-bytes):
+// an answer with 8 MB of headers fails its call UPSTREAM_UNAVAILABLE, is
+// counted as dropped, and leaves the replica up. Before, net/http's own
+// 10 MB cap let it through: the call succeeded and reading it allocated
+// over 8 MB (200 such answers at once took 604 MB).
+func TestHTTPResponseHeadBounded(t *testing.T) {
+	pad := strings.Repeat("a", 8<<20)
+	url := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		id, method := request(r)
+		if method == "big" {
+			w.Header().Set("X-Pad", pad)
+		}
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+id+`,"result":"fine"}`)
+	})
+	logs := &logBuffer{}
+	u := startUpstream(t, logs, Config{}, url)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c := newChanCall("big")
+	u.Forward(c)
+	a := c.wait(t)
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("an answer with an 8 MiB header: %q %v; %d KiB allocated by the process meanwhile", a.result, a.err, allocated>>10)
+	if !errors.Is(a.err, backend.ErrUpstreamUnavailable) {
+		t.Fatalf("the call finished %q %v, want UPSTREAM_UNAVAILABLE", a.result, a.err)
+	}
+	if allocated > 1<<20 {
+		t.Fatalf("%d KiB allocated for one answer, want at most 1 MiB with a 16 KiB head cap", allocated>>10)
+	}
+	if n := u.Dropped(); n != 1 || !strings.Contains(logs.String(), dropLongHead) {
+		t.Fatalf("dropped %d, want 1 logged %q; logs:\n%s", n, dropLongHead, logs.String())
+	}
+	// The replica is not failed: the next call goes through at once.
+	c = newChanCall("small")
+	u.Forward(c)
+	if a := c.wait(t); a.err != nil || a.result != `"fine"` {
+		t.Fatalf("the next call finished %q %v, want \"fine\"", a.result, a.err)
+	}
+}
+
+// TestHTTPRedirectNotFollowed (issue 24 item 5): a redirect from an http
+// upstream is not followed, to another host or to its own: the call gets
+// -32603 UPSTREAM_PROTOCOL, the redirect is counted as dropped and logged
+// with its Location, and nothing reaches where it points. Before, 307 and
+// 308 re-sent the POST to the other host and 301-303 sent it a GET, and
+// the other host's answer was the call's.
+func TestHTTPRedirectNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		id, _ := request(r)
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+id+`,"result":"from elsewhere"}`)
+	})
+	other = strings.Replace(other, "127.0.0.1", "localhost", 1) // another host
+	for _, status := range []int{301, 302, 303, 307, 308} {
+		for _, to := range []string{other, "/rpc2"} {
+			t.Run(fmt.Sprintf("%d to %s", status, to), func(t *testing.T) {
+				var own atomic.Int64
+				url := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != "/rpc" {
+						own.Add(1)
+						id, _ := request(r)
+						io.WriteString(w, `{"jsonrpc":"2.0","id":`+id+`,"result":"from /rpc2"}`)
+						return
+					}
+					http.Redirect(w, r, to, status)
+				})
+				logs := &logBuffer{}
+				u := startUpstream(t, logs, Config{}, url)
+				before := elsewhere.Load()
+				c := newChanCall("m")
+				u.Forward(c)
+				a := c.wait(t)
+				if a.err != errUpstreamProtocol {
+					t.Fatalf("the call finished %q %v, want -32603 UPSTREAM_PROTOCOL", a.result, a.err)
+				}
+				if n := elsewhere.Load() - before + own.Load(); n != 0 {
+					t.Fatalf("%d requests followed the redirect", n)
+				}
+				if n := u.Dropped(); n != 1 || !strings.Contains(logs.String(), "location="+to) {
+					t.Fatalf("dropped %d, want 1 logged with its location; logs:\n%s", n, logs.String())
+				}
+				if st := u.Stats(); st.Outcomes[outcomeError] != 1 {
+					t.Fatalf("outcomes %v, want one error", st.Outcomes)
+				}
+			})
+		}
+	}
 }
 
 // errorMembers are answers whose error member is no JSON-RPC error object,

@@ -44,6 +44,9 @@ type Config struct {
 	// MaxMessageBytes is the largest message accepted from an upstream
 	// [1 MiB]; longer ones are dropped.
 	MaxMessageBytes int
+	// MaxHeaderBytes caps the head of an http upstream's response
+	// [16 KiB]: a longer one fails the call UPSTREAM_UNAVAILABLE.
+	MaxHeaderBytes int
 	// MaxPendingBytes is the most output a connection holds for an
 	// upstream that does not read; calls beyond it are answered
 	// UPSTREAM_UNAVAILABLE [16 MiB].
@@ -59,6 +62,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultConns           = 2
+	DefaultMaxHeaderBytes  = 16 << 10
 	DefaultTimeout         = 30 * time.Second
 	DefaultBackoffMin      = 100 * time.Millisecond
 	DefaultBackoffMax      = 10 * time.Second
@@ -70,6 +74,9 @@ const (
 func (c Config) withDefaults() Config {
 	if c.Conns <= 0 {
 		c.Conns = DefaultConns
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout

@@ -240,7 +240,7 @@ func TestBackoffBounds(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
 	want := Config{Conns: DefaultConns, Timeout: DefaultTimeout, BackoffMin: DefaultBackoffMin, BackoffMax: DefaultBackoffMax,
-		MaxMessageBytes: DefaultMaxMessageBytes, MaxPendingBytes: DefaultMaxPendingBytes, KillTimeout: DefaultKillTimeout, Logger: c.Logger}
+		MaxMessageBytes: DefaultMaxMessageBytes, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxPendingBytes: DefaultMaxPendingBytes, KillTimeout: DefaultKillTimeout, Logger: c.Logger}
 	if c != want || c.Logger == nil {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}

@@ -167,7 +167,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
-	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", loop.DefaultMaxHeaderBytes, "cap on the HTTP upgrade request head")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", loop.DefaultMaxHeaderBytes, "cap on the HTTP upgrade request head, and on an http upstream's response head")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", loop.DefaultHandshakeTimeout, "time allowed from accept to a complete upgrade")
 	fs.DurationVar(&c.PingInterval, "ping-interval", loop.DefaultPingInterval, "silence after which the server sends a ping")
 	fs.DurationVar(&c.PongTimeout, "pong-timeout", loop.DefaultPongTimeout, "further silence after the ping before the connection is closed")
@@ -501,6 +501,7 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 		}
 	}
 	o.upstream.MaxMessageBytes = o.loop.MaxMessageBytes
+	o.upstream.MaxHeaderBytes = o.loop.MaxHeaderBytes
 	ups, err := upstream.NewSet(o.upstreams, o.routes, o.upstream)
 	if err != nil {
 		return nil, nil, err
