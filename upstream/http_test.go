@@ -278,3 +278,52 @@ func TestTCPErrorMemberNotObject(t *testing.T) {
 	logs := &logBuffer{}
 	checkErrorMembers(t, startUpstream(t, logs, Config{Conns: 1}, "tcp://"+ln.Addr().String()), logs)
 }
+
+// TestHTTPBoundPerReplica: Config.HTTPConns bounds each http replica's
+// requests in flight, calls and notifications together; a call goes to a
+// replica with a slot free, and with every replica at its bound it gets
+// SERVER_BUSY at once and a notification is dropped and counted; once a
+// request ends its slot takes the next call.
+func TestHTTPBoundPerReplica(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan string, 8)
+	hold := func(w http.ResponseWriter, r *http.Request) {
+		id, method := request(r)
+		if method == "hold" {
+			arrived <- method
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+id+`,"result":"`+method+`"}`)
+	}
+	u := startUpstream(t, nil, Config{HTTPConns: 1}, serveHTTP(t, hold), serveHTTP(t, hold))
+	held := []*chanCall{newChanCall("hold"), newChanCall("hold")}
+	for _, c := range held {
+		u.Forward(c)
+		<-arrived // one on each replica: each takes its one slot
+	}
+	busy := newChanCall("m")
+	u.Forward(busy)
+	if a := busy.wait(t); a.err != backend.ErrServerBusy {
+		t.Fatalf("a call over the bound finished %q %v, want SERVER_BUSY", a.result, a.err)
+	}
+	u.Notify("note", []byte(`[]`))
+	if st := u.Stats(); st.NotificationsDropped != 1 || st.Outcomes[outcomeBusy] != 1 {
+		t.Fatalf("notifications dropped %d, busy calls %d; want 1 and 1", st.NotificationsDropped, st.Outcomes[outcomeBusy])
+	}
+	close(release)
+	for _, c := range held {
+		if a := c.wait(t); a.err != nil || a.result != `"hold"` {
+			t.Fatalf("a held call finished %q %v", a.result, a.err)
+		}
+	}
+	// A slot is given back once its goroutine has closed the response.
+	poll.Until(t, 5*time.Second, "a call answered once the held ones ended", func() (bool, string) {
+		c := newChanCall("m")
+		u.Forward(c)
+		a := c.wait(t)
+		return a.err == nil, fmt.Sprintf("%q %v", a.result, a.err)
+	})
+}

@@ -199,6 +199,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.profile, "profile", "oecp", "protocol profile: oecp (OECP v1), or jsonrpc (plain JSON-RPC 2.0: positional params, batches, any method forwarded to its route)")
 	fs.IntVar(&o.maxBatch, "max-batch", rpc.DefaultMaxBatch, "most requests in one batch (jsonrpc profile); a larger batch gets -32600")
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica, spread over the event loops (at least --loops keeps every call on its own loop)")
+	fs.IntVar(&o.upstream.HTTPConns, "upstream-http-conns", upstream.DefaultHTTPConns, "requests in flight at most to one http upstream replica (each its own connection); a call over it gets SERVER_BUSY, a notification over it is dropped and counted")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
 	fs.StringVar(&o.topics.URL, "nats", "", "NATS server `URL` (nats://HOST:PORT): edge/publish on any edge reaches the edge/topic subscribers of every edge (off when empty)")
@@ -262,6 +263,9 @@ func (o *options) check() []error {
 	}
 	if o.upstream.Conns <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-conns %d must be positive", o.upstream.Conns))
+	}
+	if o.upstream.HTTPConns <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-http-conns %d must be positive", o.upstream.HTTPConns))
 	}
 	if o.upstream.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-timeout %s must be positive", o.upstream.Timeout))
