@@ -24,7 +24,8 @@ import (
 //
 // Everything a replica holds is bounded: at most Config.HTTPConns
 // requests are in flight on it, calls and notifications alike, and so at
-// most as many connections and three goroutines each (forwardHTTP and
+// most as many connections, with about three goroutines each: the
+// request's and its connection's read and write loops (forwardHTTP and
 // notifyHTTP take a slot before a goroutine starts; over the bound nothing
 // starts and nothing queues); a response's head is read up to
 // Config.MaxHeaderBytes and its body up to Config.MaxMessageBytes; a
