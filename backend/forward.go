@@ -102,6 +102,9 @@ var ErrUpstreamLost = errors.New("backend: upstream lost")
 var (
 	ErrUpstreamTimeout     = &Error{Code: CodeApplication, Message: "Upstream timeout", DataCode: "UPSTREAM_TIMEOUT"}
 	ErrUpstreamUnavailable = &Error{Code: CodeApplication, Message: "Upstream unavailable", DataCode: "UPSTREAM_UNAVAILABLE"}
+	// ErrServerBusy is the gateway's own SERVER_BUSY, also for a call
+	// over an upstream's bound: the client retries as it would for any.
+	ErrServerBusy = &Error{Code: CodeApplication, Message: "Server busy", DataCode: "SERVER_BUSY"}
 )
 
 // Notifier is implemented by a Forwarder that can pass on a notification (a

@@ -27,10 +27,11 @@
 //	edge_slow_consumers_total{kind}                  counter    subscription (SLOW_CONSUMER), connection (1008)
 //	edge_upstream_connections_up{upstream}           gauge      upstream connections taking calls
 //	edge_upstream_connections{upstream}              gauge      upstream connections configured
-//	edge_upstream_requests_total{upstream,outcome}   counter    outcome: ok error cancelled timeout unavailable
+//	edge_upstream_requests_total{upstream,outcome}   counter    outcome: ok error cancelled timeout unavailable busy
 //	edge_upstream_request_duration_seconds{upstream} histogram  forwarded to answered
 //	edge_upstream_messages_dropped_total{upstream}   counter    upstream messages dropped
 //	edge_upstream_late_answers_total{upstream}      counter    answers to calls that had timed out
+//	edge_upstream_notifications_dropped_total{upstream} counter notifications over --upstream-http-conns
 //	edge_metrics_stale_loops                         gauge      loops that missed the last scrape's deadline
 //	edge_log_dropped_total                           counter    log lines dropped: stderr did not keep up
 //

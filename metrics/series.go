@@ -46,6 +46,7 @@ const (
 	nameUpstreamDuration  = "edge_upstream_request_duration_seconds"
 	nameUpstreamDropped   = "edge_upstream_messages_dropped_total"
 	nameUpstreamLate      = "edge_upstream_late_answers_total"
+	nameUpstreamNotesLost = "edge_upstream_notifications_dropped_total"
 	nameStaleLoops        = "edge_metrics_stale_loops"
 	nameLogDropped        = "edge_log_dropped_total"
 	labelSlowSubscription = "subscription"
@@ -122,6 +123,10 @@ func (s *snapshot) emit(k sink, methods []string) {
 		k.family(nameUpstreamLate, "Answers from upstreams to calls that had timed out already.", counter, "upstream")
 		for _, u := range s.upstreams {
 			k.value(float64(u.late), u.name)
+		}
+		k.family(nameUpstreamNotesLost, "Notifications to http upstreams dropped at --upstream-http-conns.", counter, "upstream")
+		for _, u := range s.upstreams {
+			k.value(float64(u.st.NotificationsDropped), u.name)
 		}
 	}
 	k.family(nameStaleLoops, "Event loops that did not answer the last scrape in time; their counters are as of the scrape before.", gauge)

@@ -15,7 +15,7 @@ var (
 	errDuplicateID    = protocolError(codec.CodeInvalidRequest, "DUPLICATE_REQUEST_ID")
 	errMethodNotFound = protocolError(codec.CodeMethodNotFound, "")
 	errInvalidParams  = protocolError(codec.CodeInvalidParams, "")
-	errBusy           = serverError("Server busy", "SERVER_BUSY")
+	errBusy           = backend.ErrServerBusy // also an upstream's, so counted busy
 	errShuttingDown   = serverError("Server shutting down", "SERVER_SHUTTING_DOWN")
 	errRateLimited    = serverError("Rate limited", "RATE_LIMITED")
 	errCancelled      = protocolError(codec.CodeRequestCancelled, "")

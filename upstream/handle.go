@@ -17,6 +17,7 @@ const (
 	dropUnknownNote = "unknown notification"
 	dropBadSub      = "subscription result without a subscriptionId"
 	dropOrphaned    = "event of a subscription cancelled at establishment"
+	dropBadError    = "an error member that is not an object"
 )
 
 // handle applies one message from the upstream. Runs where the link reads:
@@ -117,7 +118,14 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 			f = l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
 	case errObj != nil:
-		f = l.moveLocked(e, callEnded, byAnswer, nil, &backend.RawError{Object: append([]byte(nil), errObj...)})
+		err := answerError(append([]byte(nil), errObj...))
+		f = l.moveLocked(e, callEnded, byAnswer, nil, err)
+		if err == errUpstreamProtocol {
+			l.mu.Unlock()
+			l.drop(dropBadError)
+			f.do()
+			return
+		}
 	case e.state == callSent:
 		f = l.moveLocked(e, callEnded, byAnswer, result, nil)
 	default: // establishing
@@ -126,7 +134,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		// instead: workers' ids are not unique across workers.
 		sub, ok := subscriptionID(result)
 		if !ok || (l.nats == nil && l.calls.subs[sub] != nil) {
-			f = l.moveLocked(e, callEnded, byAnswer, nil, errBadSubscription)
+			f = l.moveLocked(e, callEnded, byAnswer, nil, errUpstreamProtocol)
 			l.mu.Unlock()
 			l.drop(dropBadSub)
 			f.do()
@@ -146,9 +154,23 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 	f.do()
 }
 
-// errBadSubscription fails a subscription request whose upstream result has
-// no usable subscriptionId.
-var errBadSubscription = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "UPSTREAM_PROTOCOL"}
+// errUpstreamProtocol answers a call whose upstream answer breaks JSON-RPC
+// in a way the client would see, or a subscription request whose result has
+// no usable subscriptionId: -32603 UPSTREAM_PROTOCOL.
+var errUpstreamProtocol = &backend.Error{Code: backend.CodeInternal, Message: "Internal error", DataCode: "UPSTREAM_PROTOCOL"}
+
+// answerError is the error a call is answered with for its upstream
+// answer's error member errObj (raw JSON), for every transport: the object,
+// passed through byte for byte (a *backend.RawError that holds errObj
+// itself); anything else (null, 5, a string) is no JSON-RPC error
+// (JSON-RPC 2.0 section 5.1) and would reach the client as its error, so
+// the call is answered errUpstreamProtocol instead.
+func answerError(errObj []byte) error {
+	if len(errObj) == 0 || errObj[0] != '{' {
+		return errUpstreamProtocol
+	}
+	return &backend.RawError{Object: errObj}
+}
 
 // notification applies an event or a subscription/closed.
 func (l *link) notification(method, params []byte) {
@@ -326,17 +348,25 @@ type burst struct {
 	total      int
 }
 
+// add counts one more at now and reports whether to log it: the first
+// after a quiet second. The caller logs suppressed and then zeroes it.
+func (b *burst) add(now time.Time) bool {
+	b.total++
+	if now.Sub(b.last) < time.Second {
+		b.suppressed++
+		return false
+	}
+	b.last = now
+	return true
+}
+
 // drop counts one dropped upstream message. Reader only (see handle).
 func (l *link) drop(why string) {
 	l.up.dropped.Add(1)
 	b := &l.garbage
-	b.total++
-	now := time.Now()
-	if now.Sub(b.last) < time.Second {
-		b.suppressed++
+	if !b.add(time.Now()) {
 		return
 	}
-	b.last = now
 	l.up.log.Warn("upstream message dropped", slog.String("upstream", l.up.name),
 		slog.String("conn", l.desc), slog.String("why", why),
 		slog.Int("droppedSinceLastLog", b.suppressed), slog.Int("droppedTotal", b.total))

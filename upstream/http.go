@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openengine/edge/backend"
@@ -15,15 +17,36 @@ import (
 
 // httpReplica forwards unary calls as JSON-RPC over HTTP/1.1 POST
 // (CONTRACT.md section 10). HTTP has no multiplexing and no cancel message,
-// so each call is one request on its own goroutine, and a cancel aborts it.
-// A replica whose requests fail at the transport is skipped for a back-off.
+// so each call is one request on its own goroutine (net/http's: its
+// transport adds a read and a write loop per connection), and a cancel
+// aborts it. A replica whose requests fail at the transport is skipped for
+// a back-off.
+//
+// Everything a replica holds is bounded: at most Config.HTTPConns
+// requests are in flight on it, calls and notifications alike, and so at
+// most as many connections, with about three goroutines each: the
+// request's and its connection's read and write loops (forwardHTTP and
+// notifyHTTP take a slot before a goroutine starts; over the bound nothing
+// starts and nothing queues); a response's head is read up to
+// Config.MaxHeaderBytes and its body up to Config.MaxMessageBytes; a
+// redirect is not followed.
 type httpReplica struct {
 	u      *Upstream
 	url    string // as given: dialled, never printed
 	desc   string // url for logs, its userinfo masked
 	client *http.Client
+	max    int64 // immutable: Config.HTTPConns
 
-	calls sync.WaitGroup // the calls' goroutines
+	// active is the requests in flight: taken (acquire) on the loop that
+	// forwards, before the request's goroutine starts; given back by that
+	// goroutine once the response is read and closed.
+	active atomic.Int64
+
+	// base is every request's context: abortAll cancels it.
+	base  context.Context
+	abort context.CancelFunc
+
+	calls sync.WaitGroup // the requests' goroutines
 
 	mu      sync.Mutex
 	nextID  uint64                        // guarded by mu
@@ -31,20 +54,53 @@ type httpReplica struct {
 	fails   int                           // guarded by mu: transport failures in a row
 	downTil time.Time                     // guarded by mu: skipped until then
 	wasDown bool                          // guarded by mu: the last state logged was down
+	garbage burst                         // guarded by mu: answers dropped
 }
 
 func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
+	n := u.cfg.HTTPConns
+	base, abort := context.WithCancel(context.Background())
 	return &httpReplica{
 		u:    u,
 		url:  r.URL,
 		desc: r.String(),
-		client: &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: max(u.cfg.Conns, 64),
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		client: &http.Client{
+			Transport: &http.Transport{
+				// The slots bound the connections already; this holds
+				// should a closing connection and its replacement
+				// overlap.
+				MaxConnsPerHost:        n,
+				MaxIdleConnsPerHost:    n,
+				IdleConnTimeout:        90 * time.Second,
+				MaxResponseHeaderBytes: int64(u.cfg.MaxHeaderBytes),
+			},
+			// A JSON-RPC POST is not redirected: the 3xx is the answer
+			// (do), and nothing is sent to where it points.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		max:     int64(n),
+		base:    base,
+		abort:   abort,
 		cancels: make(map[uint64]context.CancelFunc),
 	}
 }
+
+// acquire takes a request slot, false when all Config.HTTPConns are in
+// flight. Safe for concurrent use; never waits.
+func (h *httpReplica) acquire() bool {
+	for {
+		n := h.active.Load()
+		if n >= h.max {
+			return false
+		}
+		if h.active.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives a request slot back.
+func (h *httpReplica) release() { h.active.Add(-1) }
 
 func (h *httpReplica) up() bool {
 	h.mu.Lock()
@@ -52,8 +108,102 @@ func (h *httpReplica) up() bool {
 	return time.Now().After(h.downTil)
 }
 
+// forwardHTTP forwards unary call c to an http replica that is up and has
+// a request slot free, trying each from a rotating offset. With every
+// replica that is up at its bound, c is answered SERVER_BUSY at once, as
+// --max-tasks answers a call over the gateway's bound; with none up,
+// UPSTREAM_UNAVAILABLE. Nothing waits for a slot: a waiting call would
+// park a goroutine or queue (CONTRACT.md section 10: nothing queues), and
+// the client, which sees SERVER_BUSY, decides whether to retry. Runs on an
+// event loop; never waits for I/O.
+func (u *Upstream) forwardHTTP(c backend.Call) backend.Ticket {
+	h, busy := u.slotHTTP()
+	switch {
+	case h != nil:
+		return h.forward(c)
+	case busy:
+		u.counters.ended(outcomeBusy, 0, 0)
+		u.busyNow(false)
+		c.Finish(nil, backend.ErrServerBusy)
+	default:
+		u.counters.ended(outcomeUnavailable, 0, 0) // a failure path
+		c.Finish(nil, backend.ErrUpstreamUnavailable)
+	}
+	return backend.Ticket{}
+}
+
+// notifyHTTP posts a notification to an http replica that is up and has a
+// request slot free. With every replica that is up at its bound it is
+// dropped, counted (Stats.NotificationsDropped) and logged once per burst;
+// with none up it is dropped as for any upstream that is down.
+func (u *Upstream) notifyHTTP(method string, params []byte) {
+	h, busy := u.slotHTTP()
+	switch {
+	case h != nil:
+		h.notify(method, params)
+	case busy:
+		u.counters.notesDropped.Add(1)
+		u.busyNow(true)
+	}
+}
+
+// slotHTTP returns an http replica that is up with a request slot taken
+// on it, or nil and whether some replica was up but at its bound.
+func (u *Upstream) slotHTTP() (h *httpReplica, busy bool) {
+	n := len(u.http)
+	if n == 0 {
+		return nil, false
+	}
+	off := int(u.next.Add(1) % uint32(n))
+	for i := range n {
+		h := u.http[(off+i)%n]
+		if !h.up() {
+			continue
+		}
+		if h.acquire() {
+			return h, false
+		}
+		busy = true
+	}
+	return nil, busy
+}
+
+// httpBusy is the log of an upstream's http replicas refusing work at
+// their bound: the first refusal after a quiet second is logged at once,
+// the rest are counted and reported with the next log line.
+type httpBusy struct {
+	mu      sync.Mutex
+	b       burst // guarded by mu
+	notes   int   // guarded by mu: notifications dropped since the last line
+	refused int   // guarded by mu: calls answered SERVER_BUSY since the last line
+}
+
+// busyNow records a refusal at the bound: a dropped notification (note) or
+// a call answered SERVER_BUSY. Runs on event loops: it logs at most once a
+// second.
+func (u *Upstream) busyNow(note bool) {
+	b := &u.busy
+	b.mu.Lock()
+	if note {
+		b.notes++
+	} else {
+		b.refused++
+	}
+	if !b.b.add(time.Now()) {
+		b.mu.Unlock()
+		return
+	}
+	notes, refused := b.notes, b.refused
+	b.notes, b.refused, b.b.suppressed = 0, 0, 0
+	b.mu.Unlock()
+	u.log.Warn("http upstream at its request bound: notifications dropped, calls answered SERVER_BUSY",
+		"upstream", u.name, "upstreamHTTPConns", u.cfg.HTTPConns,
+		"notificationsDropped", notes, "callsRefused", refused)
+}
+
+// forward sends call c on a slot acquire took.
 func (h *httpReplica) forward(c backend.Call) backend.Ticket {
-	ctx, cancel := context.WithTimeout(context.Background(), h.u.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(h.base, h.u.cfg.Timeout)
 	h.mu.Lock()
 	h.nextID++
 	id := h.nextID
@@ -75,8 +225,15 @@ func (h *httpReplica) Cancel(id uint64) {
 	}
 }
 
+// Why an http answer was dropped, besides handle.go's reasons.
+const (
+	dropRedirect = "a redirect, not followed"
+	dropLongHead = "response head over the size limit"
+)
+
 func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.Call) {
 	defer h.calls.Done()
+	defer h.release() // last: after the response is closed
 	start := nowNanos()
 	c = countedCall{Call: c, u: h.u, ctx: ctx, start: start}
 	defer func() {
@@ -90,17 +247,29 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	req.Header.Set("Content-Type", "application/json")
 	res, err := h.client.Do(req)
 	if err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
+		switch {
+		case ctx.Err() == context.DeadlineExceeded:
 			c.Finish(nil, backend.ErrUpstreamTimeout)
 			return
-		}
-		if ctx.Err() == nil {
-			h.failed()
+		case ctx.Err() != nil: // cancelled, or Close
+		case headTooLong(err):
+			// The upstream answered, too much: not a transport failure.
+			h.drop(dropLongHead, 0, "")
+		default:
+			h.failed(err)
 		}
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
 	defer res.Body.Close()
+	if res.StatusCode >= 300 && res.StatusCode < 400 {
+		// Not followed, also to the same host: a POST re-sent elsewhere
+		// (307, 308) or turned into a GET (301-303) is not the call the
+		// client made. The --upstream URL wants fixing.
+		h.drop(dropRedirect, res.StatusCode, res.Header.Get("Location"))
+		c.Finish(nil, errUpstreamProtocol)
+		return
+	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, int64(h.u.cfg.MaxMessageBytes)+1))
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
@@ -112,8 +281,7 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	}
 	h.ok()
 	if len(data) > h.u.cfg.MaxMessageBytes {
-		h.u.dropped.Add(1)
-		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.desc, "why", dropTooLong)
+		h.drop(dropTooLong, res.StatusCode, "")
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
@@ -121,27 +289,62 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 	idTok, result, errObj := msg.ID, msg.Result, msg.Error
 	got, idOK := codec.ParseUint(idTok)
 	if !ok || !idOK || got != id || (result == nil) == (errObj == nil) {
-		h.u.dropped.Add(1)
-		h.u.log.Warn("upstream message dropped", "upstream", h.u.name, "conn", h.desc, "why", dropBadJSON, "status", res.StatusCode)
+		h.drop(dropBadJSON, res.StatusCode, "")
 		c.Finish(nil, backend.ErrUpstreamUnavailable)
 		return
 	}
 	if errObj != nil {
-		c.Finish(nil, &backend.RawError{Object: errObj})
+		err := answerError(errObj)
+		if err == errUpstreamProtocol {
+			h.drop(dropBadError, res.StatusCode, "")
+		}
+		c.Finish(nil, err)
 		return
 	}
 	c.Finish(result, nil)
 }
 
+// headTooLong reports whether err is net/http's for a response head over
+// Transport.MaxResponseHeaderBytes, which has no type of its own
+// (TestHTTPResponseHeadBounded fails should its text change).
+func headTooLong(err error) bool {
+	return strings.Contains(err.Error(), "server response headers exceeded")
+}
+
+// drop counts an answer that was not passed on and logs it once per
+// burst: why, the HTTP status (0: none read) and a redirect's Location.
+func (h *httpReplica) drop(why string, status int, location string) {
+	h.u.dropped.Add(1)
+	h.mu.Lock()
+	log := h.garbage.add(time.Now())
+	suppressed, total := h.garbage.suppressed, h.garbage.total
+	if log {
+		h.garbage.suppressed = 0
+	}
+	h.mu.Unlock()
+	if !log {
+		return
+	}
+	attrs := []any{"upstream", h.u.name, "conn", h.desc, "why", why}
+	if status != 0 {
+		attrs = append(attrs, "status", status)
+	}
+	if location != "" {
+		attrs = append(attrs, "location", location)
+	}
+	attrs = append(attrs, "droppedSinceLastLog", suppressed, "droppedTotal", total)
+	h.u.log.Warn("upstream message dropped", attrs...)
+}
+
 // failed records a transport failure: the replica is skipped for a back-off.
-func (h *httpReplica) failed() {
+func (h *httpReplica) failed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.downTil = time.Now().Add(h.u.backoff(h.fails))
 	h.fails++
 	if !h.wasDown {
 		h.wasDown = true
-		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.desc)
+		h.u.log.Warn("upstream unavailable", "upstream", h.u.name, "conn", h.desc, "err", err)
 	}
 }
 
@@ -155,13 +358,15 @@ func (h *httpReplica) ok() {
 	}
 }
 
-// notify posts a notification; its HTTP answer carries nothing.
+// notify posts a notification on a slot acquire took; its HTTP answer
+// carries nothing.
 func (h *httpReplica) notify(method string, params []byte) {
 	body := codec.AppendNotification(nil, method, params)
 	h.calls.Add(1)
 	go func() {
 		defer h.calls.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), h.u.cfg.Timeout)
+		defer h.release() // last: after the response is closed
+		ctx, cancel := context.WithTimeout(h.base, h.u.cfg.Timeout)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -172,15 +377,9 @@ func (h *httpReplica) notify(method string, params []byte) {
 	}()
 }
 
-// abortAll aborts every call in flight (Upstream.Close): each is answered
-// UPSTREAM_UNAVAILABLE.
-func (h *httpReplica) abortAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, cancel := range h.cancels {
-		cancel()
-	}
-}
+// abortAll aborts every request in flight (Upstream.Close): each call is
+// answered UPSTREAM_UNAVAILABLE.
+func (h *httpReplica) abortAll() { h.abort() }
 
 // countedCall counts an HTTP call where it finishes, by its error.
 type countedCall struct {
@@ -200,7 +399,7 @@ func (c countedCall) Finish(result []byte, err error) {
 		o = outcomeCancelled
 	case err == backend.ErrUpstreamTimeout:
 		o = outcomeTimeout
-	case errors.As(err, &raw):
+	case errors.As(err, &raw), err == errUpstreamProtocol:
 		o = outcomeError
 	default:
 		o = outcomeUnavailable

@@ -257,7 +257,7 @@ func (c *fakeCall) Finish(result []byte, err error) {
 		if known && (!cur.answers(c.id) || !bytes.Equal(result, cur.result)) {
 			t.Fatalf("call %d finished with result %s by a message with id %s result %s", c.id, result, cur.id, cur.result)
 		}
-	case err == errBadSubscription && c.st != nil:
+	case err == errUpstreamProtocol && c.st != nil:
 		if known && !cur.answers(c.id) {
 			t.Fatalf("subscription %d refused by a message with id %s", c.id, cur.id)
 		}

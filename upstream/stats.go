@@ -17,10 +17,11 @@ const (
 	outcomeCancelled                  // the gateway cancelled it before its answer came
 	outcomeTimeout                    // UPSTREAM_TIMEOUT
 	outcomeUnavailable                // UPSTREAM_UNAVAILABLE: not sent, or the connection failed
+	outcomeBusy                       // SERVER_BUSY: not sent, every http replica at its bound
 	numOutcomes
 )
 
-var outcomeLabels = [numOutcomes]string{"ok", "error", "cancelled", "timeout", "unavailable"}
+var outcomeLabels = [numOutcomes]string{"ok", "error", "cancelled", "timeout", "unavailable", "busy"}
 
 // NumOutcomes is the length of Stats.Outcomes.
 const NumOutcomes = int(numOutcomes)
@@ -38,6 +39,10 @@ type Stats struct {
 	// Duration is the time from forwarding a call to its answer (or its
 	// failure) of the calls that were sent.
 	Duration hist.Hist
+	// NotificationsDropped counts notifications not sent because every
+	// http replica that is up had --upstream-http-conns requests in
+	// flight.
+	NotificationsDropped uint64
 }
 
 // counters are an upstream's call counters. They are counted where a call
@@ -45,8 +50,9 @@ type Stats struct {
 // links' goroutines and on the HTTP calls' goroutines, with atomic adds
 // (uncontended on a loop but for the loops' own). Safe for concurrent use.
 type counters struct {
-	outcomes [numOutcomes]atomic.Uint64
-	duration hist.Atomic
+	outcomes     [numOutcomes]atomic.Uint64
+	duration     hist.Atomic
+	notesDropped atomic.Uint64 // http notifications over the bound (http.go)
 }
 
 // ended counts a call that ended with o after it was sent at start (Unix
@@ -66,6 +72,7 @@ func (u *Upstream) Stats() Stats {
 		st.Outcomes[i] = u.counters.outcomes[i].Load()
 	}
 	st.Duration = u.counters.duration.Load()
+	st.NotificationsDropped = u.counters.notesDropped.Load()
 	return st
 }
 

@@ -23,6 +23,11 @@ type Config struct {
 	// nats replica is one connection), spread over the event loops
 	// (StartOn).
 	Conns int
+	// HTTPConns bounds the requests in flight to one http replica, and so
+	// its connections and the goroutines net/http runs for them [64]: a
+	// call over it gets SERVER_BUSY, a notification over it is dropped
+	// (http.go).
+	HTTPConns int
 	// Timeout is how long a unary call may wait for its answer [30s].
 	Timeout time.Duration
 	// BackoffMin and BackoffMax bound the reconnect back-off [100ms, 10s].
@@ -30,6 +35,9 @@ type Config struct {
 	// MaxMessageBytes is the largest message accepted from an upstream
 	// [1 MiB]; longer ones are dropped.
 	MaxMessageBytes int
+	// MaxHeaderBytes caps the head of an http upstream's response
+	// [16 KiB]: a longer one fails the call UPSTREAM_UNAVAILABLE.
+	MaxHeaderBytes int
 	// MaxPendingBytes is the most output a connection holds for an
 	// upstream that does not read; calls beyond it are answered
 	// UPSTREAM_UNAVAILABLE [16 MiB].
@@ -49,6 +57,8 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultConns           = 2
+	DefaultHTTPConns       = 64
+	DefaultMaxHeaderBytes  = 16 << 10
 	DefaultTimeout         = 30 * time.Second
 	DefaultBackoffMin      = 100 * time.Millisecond
 	DefaultBackoffMax      = 10 * time.Second
@@ -61,6 +71,12 @@ const (
 func (c Config) withDefaults() Config {
 	if c.Conns <= 0 {
 		c.Conns = DefaultConns
+	}
+	if c.HTTPConns <= 0 {
+		c.HTTPConns = DefaultHTTPConns
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
@@ -244,6 +260,7 @@ type Upstream struct {
 
 	// counters count forwarded calls by outcome (stats.go).
 	counters counters
+	busy     httpBusy // the http replicas' refusals at their bound
 }
 
 // New returns the upstream name with the given replicas. Start connects it.
@@ -420,10 +437,8 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 			return l.forwardFrom(c, o.Admitted)
 		}
 	}
-	if c.Stream() == nil {
-		if h := u.pickHTTP(); h != nil {
-			return h.forward(c)
-		}
+	if c.Stream() == nil && len(u.http) > 0 {
+		return u.forwardHTTP(c)
 	}
 	u.counters.ended(outcomeUnavailable, 0, 0) // a failure path
 	c.Finish(nil, backend.ErrUpstreamUnavailable)
@@ -477,20 +492,6 @@ func (u *Upstream) least(links []*link) *link {
 	return best
 }
 
-func (u *Upstream) pickHTTP() *httpReplica {
-	n := len(u.http)
-	if n == 0 {
-		return nil
-	}
-	off := int(u.next.Add(1) % uint32(n))
-	for i := range n {
-		if h := u.http[(off+i)%n]; h.up() {
-			return h
-		}
-	}
-	return nil
-}
-
 // backoff returns the wait before attempt n (0-based): exponential from
 // BackoffMin to BackoffMax, with up to 50% jitter.
 func (u *Upstream) backoff(n int) time.Duration {
@@ -514,7 +515,5 @@ func (u *Upstream) Notify(method string, params []byte) {
 		}
 		return
 	}
-	if h := u.pickHTTP(); h != nil {
-		h.notify(method, params)
-	}
+	u.notifyHTTP(method, params)
 }

@@ -282,8 +282,8 @@ func TestBackoffBounds(t *testing.T) {
 // TestConfigDefaults: zero values mean the documented defaults.
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
-	want := Config{Conns: DefaultConns, Timeout: DefaultTimeout, BackoffMin: DefaultBackoffMin, BackoffMax: DefaultBackoffMax,
-		MaxMessageBytes: DefaultMaxMessageBytes, MaxPendingBytes: DefaultMaxPendingBytes, KillTimeout: DefaultKillTimeout, StderrRate: DefaultStderrRate, Logger: c.Logger}
+	want := Config{Conns: DefaultConns, HTTPConns: DefaultHTTPConns, Timeout: DefaultTimeout, BackoffMin: DefaultBackoffMin, BackoffMax: DefaultBackoffMax,
+		MaxMessageBytes: DefaultMaxMessageBytes, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxPendingBytes: DefaultMaxPendingBytes, KillTimeout: DefaultKillTimeout, StderrRate: DefaultStderrRate, Logger: c.Logger}
 	if c != want || c.Logger == nil {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}

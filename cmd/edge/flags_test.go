@@ -33,6 +33,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"max-conn-tasks", o.maxConn, rpc.DefaultMaxConnTasks},
 		{"subscription-buffer", o.subBuffer, rpc.DefaultSubscriptionBuffer},
 		{"upstream-conns", o.upstream.Conns, upstream.DefaultConns},
+		{"upstream-http-conns", o.upstream.HTTPConns, 64},
 		{"upstream-timeout (s)", int(o.upstream.Timeout.Seconds()), 30},
 		{"upstream-backoff-max (s)", int(o.upstream.BackoffMax.Seconds()), 10},
 		{"max-batch", o.maxBatch, 100},
@@ -53,7 +54,7 @@ func TestParseFlagsRejectsNegativeLimits(t *testing.T) {
 	for _, name := range []string{"max-message-bytes", "max-header-bytes", "read-buffer-bytes",
 		"spare-output-bytes", "outbound-soft-bytes", "outbound-hard-bytes", "handshake-timeout",
 		"max-conn-tasks", "max-tasks", "subscription-buffer", "worker-idle",
-		"upstream-conns", "upstream-timeout", "upstream-backoff-max", "max-batch",
+		"upstream-conns", "upstream-http-conns", "upstream-timeout", "upstream-backoff-max", "max-batch",
 		"handshake-queue", "handshake-silent-timeout", "log-buffer-bytes", "upstream-stderr-rate"} {
 		val := "-1"
 		if strings.HasSuffix(name, "timeout") || name == "worker-idle" || name == "upstream-backoff-max" {

@@ -185,7 +185,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.BoolVar(&c.NDJSONInsecure, "ndjson-insecure", false, "let --ndjson-listen serve a non-loopback address (NDJSON over TCP has no authentication)")
 	fs.IntVar(&c.Loops, "loops", 0, "number of event loops (0 = GOMAXPROCS)")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", loop.DefaultMaxMessageBytes, "largest text message after reassembly; larger closes with 1009")
-	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", loop.DefaultMaxHeaderBytes, "cap on the HTTP upgrade request head")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", loop.DefaultMaxHeaderBytes, "cap on the HTTP upgrade request head, and on an http upstream's response head")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", loop.DefaultHandshakeTimeout, "time allowed from accept to a complete upgrade")
 	fs.DurationVar(&c.PingInterval, "ping-interval", loop.DefaultPingInterval, "silence after which the server sends a ping")
 	fs.DurationVar(&c.PongTimeout, "pong-timeout", loop.DefaultPongTimeout, "further silence after the ping before the connection is closed")
@@ -218,6 +218,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.StringVar(&o.profile, "profile", "oecp", "protocol profile: oecp (OECP v1), or jsonrpc (plain JSON-RPC 2.0: positional params, batches, any method forwarded to its route)")
 	fs.IntVar(&o.maxBatch, "max-batch", rpc.DefaultMaxBatch, "most requests in one batch (jsonrpc profile); a larger batch gets -32600")
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica, spread over the event loops (at least --loops keeps every call on its own loop)")
+	fs.IntVar(&o.upstream.HTTPConns, "upstream-http-conns", upstream.DefaultHTTPConns, "requests in flight at most to one http upstream replica (each its own connection); a call over it gets SERVER_BUSY, a notification over it is dropped and counted")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
 	fs.IntVar(&o.upstream.StderrRate, "upstream-stderr-rate", upstream.DefaultStderrRate, "stderr lines of an exec upstream logged per second (a burst of as many); the excess is counted and reported with the next line")
@@ -282,6 +283,9 @@ func (o *options) check() []error {
 	}
 	if o.upstream.Conns <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-conns %d must be positive", o.upstream.Conns))
+	}
+	if o.upstream.HTTPConns <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-http-conns %d must be positive", o.upstream.HTTPConns))
 	}
 	if o.upstream.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-timeout %s must be positive", o.upstream.Timeout))
@@ -558,6 +562,7 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 		}
 	}
 	o.upstream.MaxMessageBytes = o.loop.MaxMessageBytes
+	o.upstream.MaxHeaderBytes = o.loop.MaxHeaderBytes
 	ups, err := upstream.NewSet(o.upstreams, o.routes, o.upstream)
 	if err != nil {
 		return nil, nil, err
