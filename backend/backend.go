@@ -78,6 +78,13 @@ type Subscriber interface {
 type Stream interface {
 	// ID is the subscription id, unique per connection.
 	ID() string
+	// Namespace is NS for a plain JSON-RPC subscription (NS_subscribe,
+	// CONTRACT.md section 10; jsonrpc profile), "" for an OECP one. A plain
+	// subscription's upstream answers its id as the result, sends
+	// NS_subscription notifications (an event's body is their
+	// `"result":R` member) and is ended with NS_unsubscribe; the result
+	// given to Establish is not shown to the client, who gets ID().
+	Namespace() string
 	// Establish sends the success response with result (a JSON object). The
 	// subscription is live from before this call; events follow the response.
 	Establish(result []byte)

@@ -107,6 +107,14 @@ var (
 	ErrServerBusy = &Error{Code: CodeApplication, Message: "Server busy", DataCode: "SERVER_BUSY"}
 )
 
+// UnaryOnly is implemented by a Forwarder that may carry unary calls only
+// (an http upstream): when UnaryOnly reports true, the gateway forwards a
+// subscription method to it as a unary call with the jsonrpc profile, and
+// the other server answers it itself (CONTRACT.md section 10).
+type UnaryOnly interface {
+	UnaryOnly() bool
+}
+
 // Notifier is implemented by a Forwarder that can pass on a notification (a
 // request without id, jsonrpc profile): no answer comes back. Notify must not
 // block; a notification that cannot be sent now is dropped.

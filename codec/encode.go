@@ -112,13 +112,50 @@ func AppendNotification(dst []byte, method string, params []byte) []byte {
 // (`"cursor":"3","seq":3`), raw JSON copied as they are, none when empty. It
 // does not allocate when dst has room. Safe for concurrent use.
 func AppendEvent(dst, id, members []byte) []byte {
-	dst = append(dst, eventHead...)
+	return AppendEventWith(dst, eventHead, id, members)
+}
+
+// AppendEventWith is AppendEvent with the notification's beginning up to the
+// id given: head, then id, then ",members" when there are any, then "}}".
+// Plain JSON-RPC subscriptions (CONTRACT.md section 10) use the head of
+// PlainEventHead. It does not allocate when dst has room. Safe for
+// concurrent use.
+func AppendEventWith(dst []byte, head string, id, members []byte) []byte {
+	dst = append(dst, head...)
 	dst = append(dst, id...)
 	if len(members) > 0 {
 		dst = append(dst, ',')
 		dst = append(dst, members...)
 	}
 	return append(dst, "}}"...)
+}
+
+// PlainEventHead is the beginning of a plain JSON-RPC subscription's
+// notification for namespace ns, up to its id:
+// {"jsonrpc":"2.0","method":"<ns>_subscription","params":{"subscription":
+// (CONTRACT.md section 10). ns is JSON-escaped.
+func PlainEventHead(ns string) string {
+	b := append([]byte(notificationHead), AppendQuote(nil, ns+"_subscription")...)
+	return string(append(b, paramsMember+`{"subscription":`...))
+}
+
+// AppendPlainError appends a plain JSON-RPC subscription's notification
+// that the subscription ended with an error (CONTRACT.md section 10):
+// head (PlainEventHead), id, then ,"error":{"code":<code>,"message":<message>
+// [,"data":{"code":<dataCode>}]}}}. It does not allocate when dst has room.
+func AppendPlainError(dst []byte, head string, id []byte, code Code, message, dataCode string) []byte {
+	dst = append(dst, head...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"error":{"code":`...)
+	dst = appendCode(dst, code)
+	dst = append(dst, `,"message":`...)
+	dst = AppendQuote(dst, message)
+	if dataCode != "" {
+		dst = append(dst, `,"data":{"code":`...)
+		dst = AppendQuote(dst, dataCode)
+		dst = append(dst, '}')
+	}
+	return append(dst, "}}}"...)
 }
 
 // AppendSubscriptionClosed appends the notification that the server ended a

@@ -243,3 +243,26 @@ func BenchmarkAppendNotification(b *testing.B) {
 		buf = AppendNotification(buf[:0], "event", params)
 	}
 }
+
+// TestPlainSubscriptionEncoding: the notifications of a plain JSON-RPC
+// subscription (CONTRACT.md section 10) are valid JSON of the stated shape.
+func TestPlainSubscriptionEncoding(t *testing.T) {
+	head := PlainEventHead("eth")
+	for _, tt := range []struct{ got, want string }{
+		{string(AppendEventWith(nil, head, []byte(`"0x1"`), []byte(`"result":{"number":"0x1b4"}`))),
+			`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{"number":"0x1b4"}}}`},
+		{string(AppendPlainError(nil, head, []byte(`"0x1"`), CodeServerError, "Slow consumer", "")),
+			`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","error":{"code":-32000,"message":"Slow consumer"}}}`},
+		{string(AppendPlainError(nil, head, []byte(`"0x2"`), CodeServerError, "Upstream lost", "UPSTREAM_LOST")),
+			`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x2","error":{"code":-32000,"message":"Upstream lost","data":{"code":"UPSTREAM_LOST"}}}}`},
+		{string(AppendEventWith(nil, PlainEventHead(`a"b`), []byte(`"s"`), nil)),
+			`{"jsonrpc":"2.0","method":"a\"b_subscription","params":{"subscription":"s"}}`},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("got  %s\nwant %s", tt.got, tt.want)
+		}
+		if !json.Valid([]byte(tt.got)) {
+			t.Errorf("not valid JSON: %s", tt.got)
+		}
+	}
+}

@@ -135,17 +135,18 @@ func (s *Session) answerInBatch(t *Task, answer func()) {
 type adhocMethods struct {
 	mu    sync.Mutex
 	names map[string]*Method // guarded by mu
+	heads map[string]string  // guarded by mu: plain subscription heads by namespace (plain.go)
 }
 
 const adhocLimit = 4096
 
-func (a *adhocMethods) get(name []byte) *Method {
+func (a *adhocMethods) get(name []byte, kind MethodKind, plain string) *Method {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if m := a.names[string(name)]; m != nil {
 		return m
 	}
-	m := &Method{Name: string(name), Kind: Unary}
+	m := &Method{Name: string(name), Kind: kind, plain: plain}
 	if len(a.names) < adhocLimit {
 		if a.names == nil {
 			a.names = make(map[string]*Method)
@@ -156,16 +157,27 @@ func (a *adhocMethods) get(name []byte) *Method {
 }
 
 // adhoc returns the forwarder and method of a name outside the registry,
-// for the jsonrpc profile, or nils.
+// for the jsonrpc profile, or nils. A plain subscription method
+// (Config.SubscribeMethods) is a Subscription; its NS_unsubscribe is
+// answered by the session (Local, no forwarder).
 func (srv *Server) adhoc(name []byte) (*Method, backend.Forwarder) {
-	if srv.cfg.Profile != ProfileJSONRPC || srv.cfg.Forward == nil || name == nil {
+	if srv.cfg.Profile != ProfileJSONRPC || name == nil {
+		return nil, nil
+	}
+	if ns := srv.unsubscribeNamespace(string(name)); ns != "" {
+		return srv.adhocs.get(name, Local, ns), nil
+	}
+	if srv.cfg.Forward == nil {
 		return nil, nil
 	}
 	f := srv.cfg.Forward(string(name))
 	if f == nil {
 		return nil, nil
 	}
-	return srv.adhocs.get(name), f
+	if ns := srv.plainNamespace(string(name)); ns != "" && !unaryOnly(f) {
+		return srv.adhocs.get(name, Subscription, ns), f
+	}
+	return srv.adhocs.get(name, Unary, ""), f
 }
 
 // logNotFound says at debug level why a request got -32601: an operator

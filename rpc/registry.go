@@ -28,6 +28,10 @@ type Method struct {
 	// slot is the method's entry in Counters.Methods: 1 + its position in
 	// the registry's names; 0 outside the registry (Counters' "other").
 	slot int
+	// plain is the namespace NS of a plain JSON-RPC subscription method
+	// NS_subscribe (Kind Subscription), or of NS_unsubscribe (Kind Local,
+	// answered by the session); "" otherwise (plain.go).
+	plain string
 }
 
 // Registry says which method names exist and which establish subscriptions

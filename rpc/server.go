@@ -76,6 +76,14 @@ type Config struct {
 	// MaxBatch is the most requests a batch may hold with ProfileJSONRPC
 	// [DefaultMaxBatch].
 	MaxBatch int
+	// SubscribeMethods are the patterns of the plain JSON-RPC subscription
+	// methods with ProfileJSONRPC (CONTRACT.md section 10): a method name
+	// ending in "_subscribe", or "*" followed by such a suffix ("*_subscribe"
+	// matches any NS_subscribe). NS_subscribe of a matching name establishes
+	// a subscription whose notifications are NS_subscription, and
+	// NS_unsubscribe ends it. [DefaultSubscribeMethods with ProfileJSONRPC;
+	// none with ProfileOECP]
+	SubscribeMethods []string
 	// Pool runs backend calls and holds the global task cap (required).
 	Pool *backend.Pool
 	// SubscriptionBuffer is the number of undelivered events a subscription may
@@ -118,6 +126,11 @@ func (c *Config) Validate() error {
 	if c.Profile > ProfileJSONRPC {
 		errs = append(errs, fmt.Errorf("rpc: profile %d unknown", c.Profile))
 	}
+	for _, p := range c.SubscribeMethods {
+		if err := checkSubscribePattern(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.CancelReply > CancelReplyError {
 		errs = append(errs, fmt.Errorf("rpc: cancel reply %d unknown", c.CancelReply))
 	}
@@ -132,6 +145,11 @@ type Server struct {
 	// nonBlocking holds the unary methods Config.NonBlocking names.
 	// Immutable after NewServer.
 	nonBlocking map[*Method]bool
+	// unaryTwin holds, with the jsonrpc profile, the unary stand-in of each
+	// registry subscription method routed to an upstream that carries unary
+	// calls only (an http one): that upstream answers it itself (CONTRACT.md
+	// section 10). Immutable after NewServer.
+	unaryTwin map[*Method]*Method
 	// forward holds the forwarder of each forwarded method
 	// (Config.Forward). Immutable after NewServer.
 	forward map[*Method]backend.Forwarder
@@ -196,6 +214,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SubscribeMethods == nil && cfg.Profile == ProfileJSONRPC {
+		cfg.SubscribeMethods = DefaultSubscribeMethods
+	}
 	sub, _ := cfg.Handler.(backend.Subscriber)
 	srv := &Server{cfg: cfg, subscriber: sub, maxBatch: cfg.MaxBatch}
 	if srv.maxBatch == 0 {
@@ -217,6 +238,12 @@ func NewServer(cfg Config) (*Server, error) {
 			}
 			if f := cfg.Forward(name); f != nil {
 				srv.forward[m] = f
+				if m.Kind == Subscription && cfg.Profile == ProfileJSONRPC && unaryOnly(f) {
+					if srv.unaryTwin == nil {
+						srv.unaryTwin = make(map[*Method]*Method)
+					}
+					srv.unaryTwin[m] = &Method{Name: m.Name, Kind: Unary, slot: m.slot}
+				}
 			}
 		}
 	}

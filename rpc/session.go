@@ -275,6 +275,9 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		}
 		if m != nil {
 			fwd = s.lastFwd
+			if m.Kind == Subscription && s.srv.unaryTwin != nil && s.srv.unaryTwin[m] != nil {
+				m = s.srv.unaryTwin[m] // jsonrpc: an http upstream answers it itself (plain.go)
+			}
 		} else {
 			m, fwd = s.srv.adhoc(name)
 		}
@@ -292,9 +295,12 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 	if m.Kind == Local {
 		// Like every admitted request it needs a free slot (CONTRACT.md
 		// section 3.2), but it is answered at once, so it never holds one.
-		if m.Name == "edge/whoami" {
+		switch {
+		case m.plain != "":
+			s.unsubscribe(env.ID, env.Params, m.plain)
+		case m.Name == "edge/whoami":
 			s.whoami(env.ID)
-		} else {
+		default:
 			s.stats(env.ID)
 		}
 		s.srv.settled(1)

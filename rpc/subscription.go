@@ -88,6 +88,8 @@ func (r closeReason) String() string {
 type subscription struct {
 	id    string // immutable: unique per connection
 	idTok []byte // immutable: id as a JSON string token
+	ns    string // immutable: a plain JSON-RPC subscription's namespace, "" for OECP (plain.go)
+	head  string // immutable: with ns, its notifications' beginning (codec.PlainEventHead)
 	task  *Task  // immutable: runs the producer and holds the slot
 	st    stream
 
@@ -146,6 +148,9 @@ type stream struct {
 
 // ID implements backend.Stream.
 func (st *stream) ID() string { return st.sub.id }
+
+// Namespace implements backend.Stream.
+func (st *stream) Namespace() string { return st.sub.ns }
 
 // Establish implements backend.Stream.
 func (st *stream) Establish(result []byte) {
@@ -320,12 +325,14 @@ func (s *Session) established(sub *subscription, result []byte) {
 	if sub.state == subEstablishing {
 		sub.to(subLive)
 	}
+	if sub.ns != "" {
+		result = sub.idTok // the client's id, not the upstream's (plain.go)
+	}
 	s.buf = codec.AppendResult(s.buf[:0], t.id, result)
 	s.send(s.buf)
 	if sub.endReason != reasonNone {
 		// Ended while establishing (shutdown): the close follows the response.
-		s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, sub.endReason.String(), nil)
-		s.sink.Send(s.buf)
+		s.closedNotice(sub, sub.endReason, nil)
 	}
 }
 
@@ -354,7 +361,11 @@ func (s *Session) drainEvents(sub *subscription) {
 		// back first, so that the budget never counts them twice.
 		st.bytes -= len(e.body)
 		st.budget.give(len(e.body))
-		s.buf = codec.AppendEvent(s.buf[:0], sub.idTok, e.body)
+		if sub.ns == "" {
+			s.buf = codec.AppendEvent(s.buf[:0], sub.idTok, e.body)
+		} else {
+			s.buf = codec.AppendEventWith(s.buf[:0], sub.head, sub.idTok, e.body)
+		}
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
 		if cap(e.body) > maxSlotKeep {
 			e.body = nil // the budget counts buffered events, not spare capacity
@@ -435,12 +446,23 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 		// The notification may not precede the response: it is owed until then.
 		sub.endReason = reason
 	} else if reason != reasonNone && !s.closed {
-		s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, reason.String(), sub.lastCursor)
-		s.sink.Send(s.buf)
+		s.closedNotice(sub, reason, sub.lastCursor)
 	}
 	if sub.producerDone {
 		s.active.remove(sub.task)
 	}
+}
+
+// closedNotice tells the client that the server ended sub for reason:
+// subscription/closed, or a plain subscription's error notification
+// (plain.go). Must be called on the loop.
+func (s *Session) closedNotice(sub *subscription, reason closeReason, cursor []byte) {
+	if sub.ns != "" {
+		s.plainEnd(sub, reason)
+		return
+	}
+	s.buf = codec.AppendSubscriptionClosed(s.buf[:0], sub.idTok, reason.String(), cursor)
+	s.sink.Send(s.buf)
 }
 
 // completeSubscription applies the return of a subscription's producer.
@@ -566,10 +588,17 @@ func (s *Session) answered(sub *subscription, o Outcome) {
 func (s *Session) newSubscription(t *Task) *subscription {
 	s.nextSub++
 	id := "s" + strconv.FormatUint(s.nextSub, 10)
+	ns := t.method.plain
+	if ns != "" {
+		id = plainID(s.nextSub)
+	}
 	if s.budget == nil {
 		s.budget = &budget{limit: int64(s.sink.OutboundLimit())}
 	}
-	sub := &subscription{id: id, idTok: []byte(`"` + id + `"`), task: t}
+	sub := &subscription{id: id, idTok: []byte(`"` + id + `"`), ns: ns, task: t}
+	if ns != "" {
+		sub.head = s.srv.plainHead(ns)
+	}
 	maxBytes := s.srv.cfg.SubscriptionBufferBytes
 	sub.st = stream{sub: sub, post: s.post, max: s.srv.cfg.SubscriptionBuffer,
 		maxBytes: maxBytes, paced: min(maxBytes, pacedWindow), budget: s.budget,

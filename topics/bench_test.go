@@ -108,6 +108,7 @@ func BenchmarkPublish(b *testing.B) {
 type countStream struct{ n int }
 
 func (s *countStream) ID() string                                    { return "c" }
+func (*countStream) Namespace() string                               { return "" }
 func (s *countStream) Establish([]byte)                              {}
 func (s *countStream) Emit(_, _ []byte) bool                         { s.n++; return true }
 func (s *countStream) EmitWait(context.Context, []byte, []byte) bool { s.n++; return true }

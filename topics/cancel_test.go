@@ -27,6 +27,7 @@ func (c *nopCall) Finish(result []byte, err error) { c.finished++ }
 type nopStream struct{}
 
 func (nopStream) ID() string                                    { return "s" }
+func (nopStream) Namespace() string                             { return "" }
 func (nopStream) Establish([]byte)                              {}
 func (nopStream) Emit(_, _ []byte) bool                         { return true }
 func (nopStream) EmitWait(context.Context, []byte, []byte) bool { return true }

@@ -57,6 +57,7 @@ func newGateStream(block bool) *gateStream {
 }
 
 func (g *gateStream) ID() string         { return "g" }
+func (*gateStream) Namespace() string    { return "" }
 func (g *gateStream) Establish(_ []byte) { close(g.established) }
 
 func (g *gateStream) Emit(_, body []byte) bool {

@@ -31,7 +31,8 @@ type answerStream struct {
 	emitted  chan struct{}
 }
 
-func (s *answerStream) ID() string { return "s1" }
+func (s *answerStream) ID() string      { return "s1" }
+func (*answerStream) Namespace() string { return "" }
 
 func (s *answerStream) Establish([]byte) { s.answered() }
 

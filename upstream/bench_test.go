@@ -93,6 +93,7 @@ func BenchmarkLinkEvent(b *testing.B) {
 type benchStream struct{ emitted int }
 
 func (s *benchStream) ID() string                                    { return "s1" }
+func (*benchStream) Namespace() string                               { return "" }
 func (s *benchStream) Establish([]byte)                              {}
 func (s *benchStream) Emit(cursor, body []byte) bool                 { s.emitted++; return true }
 func (s *benchStream) EmitWait(context.Context, []byte, []byte) bool { return true }

@@ -40,6 +40,7 @@ type recStream struct {
 }
 
 func (s *recStream) ID() string              { return s.id }
+func (*recStream) Namespace() string         { return "" }
 func (s *recStream) Establish(result []byte) { s.established = append(s.established, string(result)) }
 func (s *recStream) Emit(cursor, body []byte) bool {
 	s.events = append(s.events, string(cursor)+" "+string(body))

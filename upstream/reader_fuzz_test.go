@@ -279,7 +279,8 @@ type fakeStream struct {
 	upSub       string // the upstream's subscription id, from the establishing answer
 }
 
-func (s *fakeStream) ID() string { return s.id }
+func (s *fakeStream) ID() string      { return s.id }
+func (*fakeStream) Namespace() string { return "" }
 
 func (s *fakeStream) Establish(result []byte) {
 	t, cur := s.c.f.t, s.c.f.cur

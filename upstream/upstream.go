@@ -307,6 +307,10 @@ func (u *Upstream) Name() string { return u.name }
 // Immutable.
 func (u *Upstream) HTTPOnly() bool { return len(u.links) == 0 }
 
+// UnaryOnly implements backend.UnaryOnly: an upstream of http replicas
+// only carries no subscription. Immutable.
+func (u *Upstream) UnaryOnly() bool { return u.HTTPOnly() }
+
 // HasHTTP reports whether some replica is an HTTP one. Immutable.
 func (u *Upstream) HasHTTP() bool { return len(u.http) > 0 }
 

@@ -686,6 +686,9 @@ type stream struct {
 // ID implements backend.Stream.
 func (s *stream) ID() string { return s.j.subID }
 
+// Namespace implements backend.Stream: a worker serves OECP subscriptions.
+func (s *stream) Namespace() string { return "" }
+
 // Establish implements backend.Stream.
 func (s *stream) Establish(result []byte) {
 	if s.j.established.Swap(true) {
