@@ -1,0 +1,118 @@
+package loop
+
+import (
+	"context"
+	"net"
+	"os"
+	"regexp"
+	"runtime"
+	"testing"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+)
+
+// TestGnetFDVersion is the tripwire of enrollFD (gnetfd.go): its
+// go:linkname declarations match gnet v2.9.7's newStreamConn and
+// eventloop.register0, which no compiler checks. When go.mod moves gnet,
+// this fails until someone has compared them with the new version and
+// updated gnetFDVersion.
+func TestGnetFDVersion(t *testing.T) {
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*github\.com/panjf2000/gnet/v2 (\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod does not require gnet v2")
+	}
+	if string(m[1]) != gnetFDVersion {
+		t.Fatalf("go.mod requires gnet %s; enrollFD was checked against %s: compare newStreamConn and register0 with the new version", m[1], gnetFDVersion)
+	}
+}
+
+// onLoop runs f on l's event loop and waits for it.
+func onLoop(t *testing.T, l *eventLoop, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	if err := l.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		defer close(done)
+		f()
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
+
+// TestAcceptedSocket checks what the raw accept (accept.go) gives an
+// accepted connection: TCP_NODELAY, inherited from the listener (Go's
+// AcceptTCP set it on each socket), non-blocking, close-on-exec, and the
+// peer's address from the sockaddr accept4 returned.
+func TestAcceptedSocket(t *testing.T) {
+	s := startLoopServer(t, Config{})
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitConns(t, s, 1, 1)
+	l := s.numbered[0]
+	var (
+		nodelay, flags, fdflags int
+		peer                    string
+	)
+	onLoop(t, l, func() {
+		w := l.conns[0]
+		nodelay, _ = unix.GetsockoptInt(w.c.Fd(), unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		flags, _ = unix.FcntlInt(uintptr(w.c.Fd()), unix.F_GETFL, 0)
+		fdflags, _ = unix.FcntlInt(uintptr(w.c.Fd()), unix.F_GETFD, 0)
+		peer = w.remote.String()
+	})
+	if nodelay == 0 {
+		t.Error("accepted socket without TCP_NODELAY")
+	}
+	if flags&unix.O_NONBLOCK == 0 || fdflags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("accepted socket: file status flags %#x, descriptor flags %#x, want O_NONBLOCK and FD_CLOEXEC", flags, fdflags)
+	}
+	if peer != c.LocalAddr().String() {
+		t.Errorf("remote address %s, want the client's %s", peer, c.LocalAddr())
+	}
+}
+
+// maxAcceptAllocs bounds the server's allocations for one plain
+// connection's accept, open and close. Through net.TCPListener.AcceptTCP
+// and Client.EnrollContext they were 29 (BenchmarkAcceptClose: 1.5 KiB);
+// the raw accept makes 10.
+const maxAcceptAllocs = 16
+
+// TestAcceptAllocations is the regression test of issue 21 item 1: every
+// accepted connection went through the net package (net.TCPConn, its
+// netFD, two net.TCPAddr, sockaddr conversions, a dup'ed descriptor) before
+// gnet took it, 29 allocations per connection, some of them (the
+// addresses) kept for the connection's life. It counts the process's
+// allocations over 200 connections that connect and close, from client
+// sockets made with system calls that allocate nothing.
+func TestAcceptAllocations(t *testing.T) {
+	s := startLoopServer(t, Config{})
+	d := newRawDialer(t, s)
+	cycle := func(n uint64) {
+		fd := d.dial(t)
+		waitConns(t, s, n, 1)
+		_ = unix.Close(fd)
+		waitConns(t, s, n, 0)
+	}
+	cycle(1) // first use: the loop's buffers and maps
+	const conns = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range conns {
+		cycle(uint64(2 + i))
+	}
+	runtime.ReadMemStats(&after)
+	per := float64(after.Mallocs-before.Mallocs) / conns
+	t.Logf("%.1f allocations per connection", per)
+	if per > maxAcceptAllocs {
+		t.Errorf("%.1f allocations per accepted connection, want at most %d", per, maxAcceptAllocs)
+	}
+}
