@@ -78,6 +78,22 @@ func waitConns(tb testing.TB, s *Server, accepted uint64, open int64) {
 	}
 }
 
+// upgradeRequest is a WebSocket upgrade request for the path /.
+func upgradeRequest() []byte {
+	return []byte("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+}
+
+// echoFrame is a client's masked text frame holding an edge/echo request.
+func echoFrame() []byte {
+	msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{"p":"0123456789ab"}}`)
+	f := []byte{0x81, 0x80 | byte(len(msg)), 1, 2, 3, 4}
+	for i, c := range msg {
+		f = append(f, c^[4]byte{1, 2, 3, 4}[i%4])
+	}
+	return f
+}
+
 // BenchmarkAcceptClose is one plain connection's life on the server per op:
 // the client connects, the server accepts it and opens it on its event loop,
 // the client closes and the server closes its side. The client's system
@@ -105,13 +121,7 @@ func BenchmarkAcceptClose(b *testing.B) {
 func BenchmarkChurnCycle(b *testing.B) {
 	s := startLoopServer(b, Config{})
 	d := newRawDialer(b, s)
-	msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{"p":"0123456789ab"}}`)
-	req := []byte("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	req = append(req, 0x81, 0x80|byte(len(msg)), 1, 2, 3, 4)
-	for i, c := range msg {
-		req = append(req, c^[4]byte{1, 2, 3, 4}[i%4])
-	}
+	req := append(upgradeRequest(), echoFrame()...)
 	want := []byte(`"result"`)
 	buf := make([]byte, 4096)
 	var n uint64

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/openengine/edge/rpc"
 )
 
 // TestGnetFDVersion is the tripwire of enrollFD (gnetfd.go): its
@@ -114,5 +117,49 @@ func TestAcceptAllocations(t *testing.T) {
 	t.Logf("%.1f allocations per connection", per)
 	if per > maxAcceptAllocs {
 		t.Errorf("%.1f allocations per accepted connection, want at most %d", per, maxAcceptAllocs)
+	}
+}
+
+// TestIdleConnHasNoSession is the regression test of issue 21 item 1's
+// session: an upgraded connection made its rpc.Session (328 bytes, with
+// the id table) at the upgrade, so every idle connection held one. Now it
+// is made with the first message: after the upgrade the connection has
+// none, after one request it has one.
+func TestIdleConnHasNoSession(t *testing.T) {
+	s := startLoopServer(t, Config{})
+	d := newRawDialer(t, s)
+	fd := d.dial(t)
+	defer unix.Close(fd)
+	req := upgradeRequest()
+	readUntil := func(what string, want []byte) {
+		t.Helper()
+		var got []byte
+		buf := make([]byte, 4096)
+		for !bytes.Contains(got, want) {
+			n, err := unix.Read(fd, buf)
+			if err != nil || n == 0 {
+				t.Fatalf("%s: read after %q: %v", what, got, err)
+			}
+			got = append(got, buf[:n]...)
+		}
+	}
+	if _, err := unix.Write(fd, req); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("upgrade", []byte("\r\n\r\n"))
+	l := s.numbered[0]
+	sessionOf := func() (sess session) {
+		onLoop(t, l, func() { sess = l.conns[0].sess })
+		return sess
+	}
+	if sess, ok := sessionOf().(*rpc.Session); ok {
+		t.Fatalf("idle connection after its upgrade: session %T, want none yet", sess)
+	}
+	if _, err := unix.Write(fd, echoFrame()); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("echo", []byte(`"result"`))
+	if sess, ok := sessionOf().(*rpc.Session); !ok || sess == nil {
+		t.Fatalf("after a request: session %T, want an *rpc.Session", sessionOf())
 	}
 }

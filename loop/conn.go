@@ -114,7 +114,7 @@ type conn struct {
 
 	rd   codec.Reader     // WebSocket frame decoder
 	lr   codec.LineReader // NDJSON line splitter
-	sess session          // nil until the connection is open
+	sess session          // nil until the connection is open; unstarted until its first message
 	out  []byte           // output produced this turn, written by flush
 	// dirty is set while the connection is in l.dirty.
 	dirty bool
@@ -160,9 +160,7 @@ func (w *conn) cfg() *Config { return &w.l.srv.cfg }
 // open starts the session once the connection speaks JSON-RPC.
 func (w *conn) open() {
 	w.gated = w.expires != 0 || w.cfg().RateLimit > 0
-	t := rpc.WebSocket
 	if w.proto == protoNDJSON {
-		t = rpc.NDJSON
 		w.lr.Max = w.cfg().MaxMessageBytes
 	} else {
 		w.rd.MaxMessage = int64(w.cfg().MaxMessageBytes)
@@ -171,9 +169,20 @@ func (w *conn) open() {
 	if w.cfg().Echo {
 		w.sess = echo{w}
 	} else {
-		w.sess = w.l.srv.rpc.NewSession(t, w, w.l)
+		w.sess = unstarted{w}
 	}
 	w.setState(stateOpen)
+}
+
+// start makes the connection's rpc.Session, for its first message.
+func (w *conn) start() *rpc.Session {
+	t := rpc.WebSocket
+	if w.proto == protoNDJSON {
+		t = rpc.NDJSON
+	}
+	s := w.l.srv.rpc.NewSession(t, w, w.l)
+	w.sess = s
+	return s
 }
 
 // session is what a connection drives: an rpc.Session, or the raw echo of
@@ -193,6 +202,24 @@ type session interface {
 }
 
 var _ session = (*rpc.Session)(nil)
+
+// unstarted is the session of an open connection before its first message:
+// the rpc.Session (and its id table) is made then (conn.start), so an idle
+// connection holds none. Until then there is nothing to resume, settle or
+// count.
+type unstarted struct{ w *conn }
+
+func (u unstarted) HandleMessage(msg []byte)        { u.w.start().HandleMessage(msg) }
+func (u unstarted) HandleUnchecked(msg []byte) bool { return u.w.start().HandleUnchecked(msg) }
+func (u unstarted) HandleParseError()               { u.w.start().HandleParseError() }
+func (u unstarted) HandleRateLimited(msg []byte)    { u.w.start().HandleRateLimited(msg) }
+func (unstarted) Resume()                           {}
+func (unstarted) GoAway()                           {}
+func (unstarted) EndSubscriptions()                 {}
+func (unstarted) Busy() bool                        { return false }
+func (unstarted) Stats() rpc.Stats                  { return rpc.Stats{} }
+func (unstarted) Trim()                             {}
+func (unstarted) Close()                            {}
 
 // echo sends every message back unchanged: the framing stack without
 // JSON-RPC, as the ceiling of our own throughput and for conformance tests.
