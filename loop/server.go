@@ -207,12 +207,12 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	now := time.Now()
 	over := s.limits.admit(s.cfg.MaxConns)
-	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), over: over}
+	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: at(now), deadline: at(now.Add(s.cfg.HandshakeTimeout)), over: over}
 	p, peer := l.openedAs(c)
 	t, _ := c.Context().(*tlsState) // a handshake worker's (tls.go)
 	if t != nil {
 		w.tls = t
-		w.deadline = t.accepted.Add(s.cfg.HandshakeTimeout)
+		w.deadline = at(t.accepted.Add(s.cfg.HandshakeTimeout))
 	}
 	if p == protoNDJSON {
 		w.countIP(peer)
