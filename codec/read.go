@@ -25,6 +25,21 @@ type Reader struct {
 	// MaxMessage is the largest accepted reassembled text message in bytes;
 	// exactly MaxMessage is accepted. Zero or less means DefaultMaxMessage.
 	MaxMessage int64
+
+	// Loop-owned, like the Reader itself. (Ordered by size: a Reader is in
+	// every idle connection.)
+
+	// The data frame whose payload is being absorbed into buf (inFrame).
+	remaining int64 // payload bytes of the frame not absorbed yet
+	maskOff   int   // payload bytes of the frame unmasked so far, mod 4: ws.Cipher's offset
+
+	// The text message being reassembled: its first frame's header was consumed
+	// and the frame with FIN set has not completed yet (inMessage).
+	msgLen int64 // sum of the declared lengths of the message's frames so far
+	buf    []byte
+
+	err error // sticky: the first *CloseError, returned by every later call
+
 	// DeferUTF8, when set, leaves the UTF-8 check of a text message that
 	// arrives whole in one unfragmented frame to the caller: Next returns it
 	// with Event.Unchecked set. A caller that validates the message anyway
@@ -35,23 +50,11 @@ type Reader struct {
 	// offending byte arrives.
 	DeferUTF8 bool
 
-	// Loop-owned, like the Reader itself.
-
-	// The data frame whose payload is being absorbed into buf (inFrame).
 	inFrame   bool
 	fin       bool
-	mask      [4]byte
-	maskOff   int   // payload bytes of the frame unmasked so far, mod 4: ws.Cipher's offset
-	remaining int64 // payload bytes of the frame not absorbed yet
-
-	// The text message being reassembled: its first frame's header was consumed
-	// and the frame with FIN set has not completed yet.
 	inMessage bool
-	msgLen    int64 // sum of the declared lengths of the message's frames so far
-	buf       []byte
+	mask      [4]byte
 	text      UTF8
-
-	err error // sticky: the first *CloseError, returned by every later call
 }
 
 // Next consumes bytes from the front of b and returns the next event.

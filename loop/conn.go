@@ -77,19 +77,57 @@ const (
 
 // conn is one client connection of either binding. loop-owned: only its event
 // loop touches it, so it has no lock.
+//
+// Every idle connection holds one, so its size counts (issue 21): the
+// fields are ordered by size, times are instants (8 bytes, not a
+// time.Time's 24), and what only some connections use is behind a pointer
+// made when needed (the NDJSON line splitter, the rate bucket); the
+// rpc.Session is made with the first message (unstarted).
 type conn struct {
-	c     gnet.Conn  // immutable
-	l     *eventLoop // immutable
-	proto proto      // immutable
-	state connState  // changed only by setState
-	index int        // position in l.conns, -1 when not registered
+	c    gnet.Conn  // immutable
+	l    *eventLoop // immutable
+	sess session    // nil until the connection is open; unstarted until its first message
+	// who is the identity its token gave, when the listener authenticates;
+	// expires is its end in unix nanoseconds, 0 for none. Set by the
+	// upgrade.
+	who *auth.Identity
+	// tls is the connection's TLS layer on a wss:// listener, nil on a
+	// plain one (tls.go). Set when it opens.
+	tls  *tlsState
+	lr   *codec.LineReader // NDJSON line splitter, nil on WebSocket
+	rate *rateBucket       // --rate-limit: nil when off
+	// eof is set once the peer of an NDJSON connection half-closed: gnet's
+	// connection is gone and the output goes here (halfclose.go).
+	eof *tailWriter
+	out []byte // output produced this turn, written by flush
+
 	// remote is the client's address (CONTRACT.md section 11.5): the
 	// peer's, or what a PROXY protocol header or a trusted proxy's
 	// X-Forwarded-For says. edge/whoami reports it.
 	remote netip.AddrPort
 	// ip is the address counted against --max-conns-per-ip, when
 	// ipCounted (limits.go).
-	ip        netip.Addr
+	ip netip.Addr
+
+	rd codec.Reader // WebSocket frame decoder
+
+	expires  int64
+	lastRead instant // last time bytes arrived
+	pingedAt instant // when the outstanding server ping was queued (pinged)
+	deadline instant // handshake or closing deadline
+	// stallSince is when pending output was last seen to make progress,
+	// lastPending the pending output at the last sweep; 0 when nothing
+	// was pending.
+	stallSince  instant
+	lastPending int
+
+	index int32 // position in l.conns, -1 when not registered
+	// code is the close code the connection ends with: the server's, or
+	// the peer's that it answered; 0 while none was sent (stats.go).
+	code  ws.StatusCode
+	proto proto     // immutable
+	state connState // changed only by setState
+
 	ipCounted bool
 	// proxyPending: --proxy-protocol, and the PROXY header has not arrived
 	// yet; the first part of stateHandshake (proxy.go).
@@ -97,25 +135,10 @@ type conn struct {
 	// viaProxy: the peer is a --trusted-proxy, so the client's address
 	// comes from X-Forwarded-For at the upgrade.
 	viaProxy bool
-	// who is the identity its token gave, when the listener authenticates;
-	// expires is its end in unix nanoseconds, 0 for none. Set by the
-	// upgrade.
-	who     *auth.Identity
-	expires int64
-	rate    rateBucket // --rate-limit
 	// gated: the connection has per-message checks (pass): an expiring
 	// identity or a rate limit. Set when it opens.
 	gated bool
 	over  bool // over a connection limit: set when it opens or its client address is counted
-
-	// tls is the connection's TLS layer on a wss:// listener, nil on a
-	// plain one (tls.go). Set when it opens.
-	tls *tlsState
-
-	rd   codec.Reader     // WebSocket frame decoder
-	lr   codec.LineReader // NDJSON line splitter
-	sess session          // nil until the connection is open
-	out  []byte           // output produced this turn, written by flush
 	// dirty is set while the connection is in l.dirty.
 	dirty bool
 	// hangup asks flush to close the TCP connection once the output is written.
@@ -123,27 +146,24 @@ type conn struct {
 	// shutWrite asks flush to half-close the TCP connection (FIN after our
 	// close frame) once gnet has written everything.
 	shutWrite bool
-
-	lastRead time.Time // last time bytes arrived
-	pinged   bool      // a server ping is outstanding since lastRead
-	pingedAt time.Time // when that ping was queued
-	deadline time.Time // handshake or closing deadline
-
+	pinged    bool // a server ping is outstanding since lastRead
 	// paused is set while the connection is over its soft outbound cap: its
 	// input is not consumed and its socket not read (CONTRACT.md section 6).
-	paused      bool
-	stallSince  time.Time // when pending output was last seen to make progress
-	lastPending int       // pending output at the last sweep
-
-	// eof is set once the peer of an NDJSON connection half-closed: gnet's
-	// connection is gone and the output goes here (halfclose.go).
-	eof       *tailWriter
+	paused    bool
 	subsEnded bool // after eof: the session's subscriptions were ended
-
-	// code is the close code the connection ends with: the server's, or
-	// the peer's that it answered; 0 while none was sent (stats.go).
-	code ws.StatusCode
 }
+
+// instant is a point in time as nanoseconds since epoch, on the monotonic
+// clock where the time.Time it was made from has a reading: 8 bytes where
+// a time.Time takes 24. Only differences and comparisons of instants
+// mean something.
+type instant int64
+
+// epoch is the origin of instants. Immutable.
+var epoch = time.Now()
+
+// at is t as an instant.
+func at(t time.Time) instant { return instant(t.Sub(epoch)) }
 
 // setState moves w to state s. A transition the table of connState does not
 // allow is a bug in the loop (output sent after the close frame, a session
@@ -160,10 +180,11 @@ func (w *conn) cfg() *Config { return &w.l.srv.cfg }
 // open starts the session once the connection speaks JSON-RPC.
 func (w *conn) open() {
 	w.gated = w.expires != 0 || w.cfg().RateLimit > 0
-	t := rpc.WebSocket
+	if w.cfg().RateLimit > 0 {
+		w.rate = new(rateBucket)
+	}
 	if w.proto == protoNDJSON {
-		t = rpc.NDJSON
-		w.lr.Max = w.cfg().MaxMessageBytes
+		w.lr = &codec.LineReader{Max: w.cfg().MaxMessageBytes}
 	} else {
 		w.rd.MaxMessage = int64(w.cfg().MaxMessageBytes)
 		w.rd.DeferUTF8 = true // both sessions check it (see session.HandleUnchecked)
@@ -171,9 +192,20 @@ func (w *conn) open() {
 	if w.cfg().Echo {
 		w.sess = echo{w}
 	} else {
-		w.sess = w.l.srv.rpc.NewSession(t, w, w.l)
+		w.sess = unstarted{w}
 	}
 	w.setState(stateOpen)
+}
+
+// start makes the connection's rpc.Session, for its first message.
+func (w *conn) start() *rpc.Session {
+	t := rpc.WebSocket
+	if w.proto == protoNDJSON {
+		t = rpc.NDJSON
+	}
+	s := w.l.srv.rpc.NewSession(t, w, w.l)
+	w.sess = s
+	return s
 }
 
 // session is what a connection drives: an rpc.Session, or the raw echo of
@@ -193,6 +225,24 @@ type session interface {
 }
 
 var _ session = (*rpc.Session)(nil)
+
+// unstarted is the session of an open connection before its first message:
+// the rpc.Session (and its id table) is made then (conn.start), so an idle
+// connection holds none. Until then there is nothing to resume, settle or
+// count.
+type unstarted struct{ w *conn }
+
+func (u unstarted) HandleMessage(msg []byte)        { u.w.start().HandleMessage(msg) }
+func (u unstarted) HandleUnchecked(msg []byte) bool { return u.w.start().HandleUnchecked(msg) }
+func (u unstarted) HandleParseError()               { u.w.start().HandleParseError() }
+func (u unstarted) HandleRateLimited(msg []byte)    { u.w.start().HandleRateLimited(msg) }
+func (unstarted) Resume()                           {}
+func (unstarted) GoAway()                           {}
+func (unstarted) EndSubscriptions()                 {}
+func (unstarted) Busy() bool                        { return false }
+func (unstarted) Stats() rpc.Stats                  { return rpc.Stats{} }
+func (unstarted) Trim()                             {}
+func (unstarted) Close()                            {}
 
 // echo sends every message back unchanged: the framing stack without
 // JSON-RPC, as the ceiling of our own throughput and for conformance tests.
@@ -341,7 +391,8 @@ func (w *conn) checkOutbound() {
 // traffic handles every complete unit in the buffered input and returns how
 // many bytes it used. Runs on the loop.
 func (w *conn) traffic(buf []byte, now time.Time) int {
-	w.lastRead = now
+	w.lastRead = at(now)
+	w.l.readAt = now.UnixNano()
 	w.pinged = false
 	if w.proto == protoNDJSON {
 		return w.lines(buf)
@@ -455,7 +506,7 @@ func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 	w.l.markDirty(w)
 	w.sess.Close()
 	w.setState(stateClosing)
-	w.deadline = time.Now().Add(w.cfg().CloseTimeout)
+	w.deadline = at(time.Now().Add(w.cfg().CloseTimeout))
 }
 
 // pause stops consuming input and reading the socket until the outbound
@@ -512,7 +563,7 @@ func (w *conn) tick(now time.Time) {
 		if w.tls != nil && w.tls.away {
 			return // the handshake worker's deadline (tls.go)
 		}
-		if now.After(w.deadline) {
+		if at(now) > w.deadline {
 			w.l.counts.rejected[rejectHandshakeTimeout]++
 			w.setState(stateClosing)
 			w.hangup = true
@@ -523,7 +574,7 @@ func (w *conn) tick(now time.Time) {
 			w.slowConsumer()
 			return
 		}
-		silent := now.Sub(w.lastRead)
+		silent := time.Duration(at(now) - w.lastRead)
 		if silent >= trimAfter {
 			w.sess.Trim()
 		}
@@ -538,14 +589,14 @@ func (w *conn) tick(now time.Time) {
 		// Closed only PongTimeout after a ping: a sweep that comes late
 		// (a busy loop) pings first.
 		switch {
-		case w.pinged && now.Sub(w.pingedAt) >= cfg.PongTimeout:
+		case w.pinged && time.Duration(at(now)-w.pingedAt) >= cfg.PongTimeout:
 			w.closeFor(causeIdle)
 		case silent >= cfg.PingInterval && !w.pinged:
-			w.pinged, w.pingedAt = true, now
+			w.pinged, w.pingedAt = true, at(now)
 			w.appendFrame(ws.OpPing, nil)
 		}
 	case stateClosing:
-		if now.After(w.deadline) {
+		if at(now) > w.deadline {
 			w.hangup = true
 		}
 		if w.hangup || w.shutWrite {
@@ -560,14 +611,14 @@ func (w *conn) stalled(now time.Time) bool {
 	pending := w.pendingOut()
 	switch {
 	case pending == 0:
-		w.stallSince, w.lastPending = time.Time{}, 0
+		w.stallSince, w.lastPending = 0, 0
 		return false
-	case w.stallSince.IsZero() || pending < w.lastPending:
-		w.stallSince, w.lastPending = now, pending
+	case w.lastPending == 0 || pending < w.lastPending:
+		w.stallSince, w.lastPending = at(now), pending
 		return false
 	}
 	w.lastPending = pending
-	return now.Sub(w.stallSince) >= w.cfg().WriteStallTimeout
+	return time.Duration(at(now)-w.stallSince) >= w.cfg().WriteStallTimeout
 }
 
 // closed runs from OnClose: the session ends and every resource is released.
@@ -583,7 +634,9 @@ func (w *conn) closed() {
 		w.l.unpause(w)
 	}
 	w.rd.Reset()
-	w.lr.Reset()
+	if w.lr != nil {
+		w.lr.Reset()
+	}
 	w.l.remove(w)
 	w.releaseOut()
 	if w.tls != nil {

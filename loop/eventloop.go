@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -64,6 +65,14 @@ type eventLoop struct {
 	counts loopCounters  // loop-owned
 	snapMu sync.Mutex
 	snap   loopSnapshot // guarded by snapMu: the counters as of the last snapshot task
+
+	// open is len(conns), for the acceptors' choice of a loop.
+	open atomic.Int32
+	// opening is the accepted socket OnOpen is running for (accept.go).
+	opening *accepted // loop-owned
+	// readAt is when the input being handled arrived (conn.traffic), in
+	// unix nanoseconds: the clock of the rate limit and of identity expiry.
+	readAt int64 // loop-owned
 }
 
 // Output buffers: a new one has minOutBuf bytes; one larger than maxSpareBuf
@@ -327,19 +336,21 @@ func (l *eventLoop) putBuf(b []byte) {
 }
 
 func (l *eventLoop) add(w *conn) {
-	w.index = len(l.conns)
+	w.index = int32(len(l.conns))
 	l.conns = append(l.conns, w)
+	l.open.Add(1)
 }
 
 func (l *eventLoop) remove(w *conn) {
 	last := len(l.conns) - 1
-	if w.index < 0 || w.index > last {
+	if w.index < 0 || int(w.index) > last {
 		return
 	}
 	l.conns[w.index] = l.conns[last]
 	l.conns[w.index].index = w.index
 	l.conns[last] = nil
 	l.conns = l.conns[:last]
+	l.open.Add(-1)
 	w.index = -1
 }
 

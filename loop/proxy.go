@@ -2,7 +2,6 @@ package loop
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 
 	"github.com/openengine/edge/codec"
@@ -79,6 +78,6 @@ func (w *conn) forwarded(r *codec.Request) {
 // peerAllowed reports whether a connection of listener p from peer may be
 // served: with --proxy-protocol, the WebSocket listener serves the
 // --proxy-protocol-from peers only. Safe for concurrent use (the acceptors).
-func (c *Config) peerAllowed(p proto, peer net.Addr) bool {
-	return p != protoWebSocket || !c.ProxyProtocol || contains(c.ProxyProtocolFrom, remoteAddr(peer).Addr())
+func (c *Config) peerAllowed(p proto, peer netip.AddrPort) bool {
+	return p != protoWebSocket || !c.ProxyProtocol || contains(c.ProxyProtocolFrom, peer.Addr())
 }

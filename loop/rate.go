@@ -52,7 +52,7 @@ func (w *conn) rateLimited(msg []byte) {
 // identity's expiry closes the connection 4401 and reaches no backend
 // (CONTRACT.md section 11.3), one over the rate limit is refused (11.4).
 func (w *conn) pass(msg []byte) bool {
-	now := w.lastRead.UnixNano()
+	now := w.l.readAt
 	if w.identityExpired(now) {
 		w.closeFor(causeIdentityExpired)
 		return false

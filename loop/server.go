@@ -115,15 +115,19 @@ func (s *Server) Start() error {
 	}
 	if err != nil {
 		for _, a := range s.acceptors {
-			a.ln.Close()
+			a.close()
 		}
 		return fmt.Errorf("loop: start event loops: %w", err)
 	}
 	s.cli = cli
-	if err := s.number(s.cfg.Loops); err != nil {
+	err = s.number(s.cfg.Loops)
+	if err == nil {
+		err = checkGnet(s.numbered[0].el) // gnetfd.go
+	}
+	if err != nil {
 		_ = cli.Stop()
 		for _, a := range s.acceptors {
-			a.ln.Close()
+			a.close()
 		}
 		return fmt.Errorf("loop: start event loops: %w", err)
 	}
@@ -140,7 +144,7 @@ func (s *Server) stopAccepting() {
 	s.quitOnce.Do(func() {
 		close(s.quit)
 		for _, a := range s.acceptors {
-			a.ln.Close()
+			a.close()
 		}
 		if s.hs != nil {
 			s.hs.abort()
@@ -213,8 +217,8 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	now := time.Now()
 	over := s.limits.admit(s.cfg.MaxConns)
-	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: now, deadline: now.Add(s.cfg.HandshakeTimeout), over: over}
-	peer := remoteAddr(c.RemoteAddr())
+	w := &conn{c: c, l: l, proto: protoWebSocket, lastRead: at(now), deadline: at(now.Add(s.cfg.HandshakeTimeout)), over: over}
+	p, peer := l.openedAs(c)
 	t, _ := c.Context().(*tlsState) // the wss:// acceptor's (tls.go)
 	if t != nil {
 		if h := testHookTLSOpen; h != nil {
@@ -223,9 +227,9 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		// Until its first bytes the connection has the silent peer's
 		// deadline; then the whole handshake timeout (tls.go).
 		w.tls = t
-		w.deadline = t.accepted.Add(min(s.cfg.HandshakeSilentTimeout, s.cfg.HandshakeTimeout))
+		w.deadline = at(t.accepted.Add(min(s.cfg.HandshakeSilentTimeout, s.cfg.HandshakeTimeout)))
 	}
-	if p, _ := c.Context().(proto); p == protoNDJSON { // the acceptor's gnet.NewContext
+	if p == protoNDJSON {
 		w.countIP(peer)
 		if w.over { // no handshake to answer 503 on
 			w.releaseLimits()

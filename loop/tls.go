@@ -279,7 +279,7 @@ func (w *conn) tlsHello(buf []byte) {
 		}
 	}
 	if off < len(buf) {
-		w.deadline = w.tls.accepted.Add(w.cfg().HandshakeTimeout)
+		w.deadline = at(w.tls.accepted.Add(w.cfg().HandshakeTimeout))
 		w.l.srv.hs.hello(w, buf[off:])
 	}
 	if len(buf) > 0 {

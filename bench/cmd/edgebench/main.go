@@ -97,7 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.measure, "measure", 0, "override the length of every measured window")
 	fs.StringVar(&o.report, "report", "", "only regenerate report.md and charts from this results.jsonl")
 	fs.StringVar(&o.w2Rates, "w2-rates", "", "W2 total request rates, comma-separated (default 10000,30000,60000)")
-	fs.StringVar(&o.w3Conns, "w3-conns", "", "W3 connection counts, comma-separated (default 1000,10000,15000)")
+	fs.StringVar(&o.w3Conns, "w3-conns", "", "W3 connection counts, comma-separated (default 1000,10000 and the most the open-file limit allows, up to 50000)")
 	fs.StringVar(&o.w4Subs, "w4-subs", "", "W4 subscriber counts, comma-separated (default 1000,10000)")
 	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,500000; publish rate = this / subscribers)")
 	fs.BoolVar(&o.perfStat, "perfstat", true, "count the servers' system calls over each measured window with `perf stat` (when perf works here)")
@@ -201,9 +201,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(filepath.Join(o.out, "logs"), 0o755); err != nil {
 		return err
 	}
-	raiseNoFile(logf)
+	noFile := raiseNoFile(logf)
 
 	m := standardMatrix()
+	m.w3Counts = w3Counts(noFile)
 	if o.quick {
 		m = quickMatrix()
 	}
@@ -509,22 +510,40 @@ func firstLine(s string) string {
 	return l
 }
 
-// raiseNoFile raises RLIMIT_NOFILE to its hard limit (W3 holds 15,000
-// connections; servers inherit the limit).
-func raiseNoFile(logf func(string, ...any)) {
+// raiseNoFile raises RLIMIT_NOFILE to its hard limit (W3 holds up to
+// 50,000 connections; servers inherit the limit) and returns it.
+func raiseNoFile(logf func(string, ...any)) uint64 {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
-		return
+		return 0
 	}
 	if rl.Cur < rl.Max {
 		rl.Cur = rl.Max
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 			logf("WARNING: cannot raise the open-file limit: %v", err)
+			_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
 		}
 	}
 	if rl.Cur < 16000 {
 		logf("WARNING: open-file limit %d is below W3's 15,000 connections plus headroom", rl.Cur)
 	}
+	return rl.Cur
+}
+
+// w3Max is W3's largest connection count (issue 21).
+const w3Max = 50000
+
+// w3Counts is W3's connection counts in the standard matrix: 1k, 10k and
+// the largest the open-file limit allows, up to w3Max: the limit less
+// 1,000 descriptors of headroom (the generator's own, perf's, the
+// server's), in whole thousands (19,000 under a limit of 20,000). Below
+// 16,000 it is the standard 15,000, which the limit warning is about.
+func w3Counts(noFile uint64) []int {
+	n := min(w3Max, int(min(noFile, 1<<30))-1000) / 1000 * 1000
+	if n < 15000 {
+		n = 15000
+	}
+	return []int{1000, 10000, n}
 }
 
 func readResults(path string) ([]Record, error) {

@@ -556,3 +556,17 @@ func TestRunWait(t *testing.T) {
 		t.Fatal("maxRunWait without a start")
 	}
 }
+
+// TestW3Counts: W3's largest count follows the open-file limit (issue 21:
+// as many as the limit allows, up to 50,000).
+func TestW3Counts(t *testing.T) {
+	for _, c := range []struct {
+		noFile uint64
+		want   int
+	}{{20000, 19000}, {1 << 20, w3Max}, {52345, w3Max}, {30500, 29000}, {16000, 15000}, {1024, 15000}, {0, 15000}} {
+		got := w3Counts(c.noFile)
+		if len(got) != 3 || got[0] != 1000 || got[1] != 10000 || got[2] != c.want {
+			t.Errorf("w3Counts(%d) = %v, want [1000 10000 %d]", c.noFile, got, c.want)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func standardMatrix() matrix {
 		w4Subs: []int{1000, 10000}, w4Deliveries: []float64{100000, 500000}, w4MaxRate: 1000, w4EventSize: 128,
 		w5: load.StormConfig{StormConns: 1000, Rate: 10000, SleepMs: 50, CancelFraction: 0.9,
 			CancelWithin: 5 * time.Millisecond, EchoConns: 50, EchoRate: 5000, Quiet: 3 * time.Second, Storm: 4 * time.Second},
-		w6Workers: 8,
+		w6Workers: 32,
 		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
 		// W1's variants but c50w1-1KiB, W3's counts but 15k: the suite stays
 		// within its 15 minutes.
@@ -119,7 +119,7 @@ func quickMatrix() matrix {
 		w4Subs: []int{100}, w4Deliveries: []float64{20000}, w4MaxRate: 1000, w4EventSize: 128,
 		w5: load.StormConfig{StormConns: 100, Rate: 2000, SleepMs: 50, CancelFraction: 0.9,
 			CancelWithin: 5 * time.Millisecond, EchoConns: 10, EchoRate: 1000, Quiet: time.Second, Storm: time.Second},
-		w6Workers: 4,
+		w6Workers: 32,
 		w7:        []w7Variant{{16 << 10, 0}, {1 << 20, 64 << 10}},
 		// One brief wss:// phase of each: the smoke run's check that the
 		// generator's TLS path, the run's certificate and both servers'
