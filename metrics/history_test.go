@@ -307,3 +307,44 @@ func TestCloseWithoutStart(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkHistoryRecord: adding a sample to a full ring, what the sampler
+// does once a second after reading the loops (which BenchmarkScrape's
+// snapshot covers).
+func BenchmarkHistoryRecord(b *testing.B) {
+	f := newFakeGateway("a", "b")
+	m := metricsOf(f, "a", "b")
+	s := f.read()
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range HistoryLen {
+		m.history.record(t0.Add(time.Duration(i)*time.Second), &s)
+	}
+	i := HistoryLen
+	b.ReportAllocs()
+	for b.Loop() {
+		m.history.record(t0.Add(time.Duration(i)*time.Second), &s)
+		i++
+	}
+}
+
+// BenchmarkServeHistory: /api/history with a full ring and two upstreams,
+// what a page costs the server once, when it opens.
+func BenchmarkServeHistory(b *testing.B) {
+	f := newFakeGateway("a", "b")
+	m := metricsOf(f, "a", "b")
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range HistoryLen {
+		f.answer(100, time.Millisecond)
+		s := f.read()
+		m.history.record(t0.Add(time.Duration(i)*time.Second), &s)
+	}
+	req := httptest.NewRequest("GET", "/api/history", nil)
+	var size int
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		m.serveHistory(rec, req)
+		size = rec.Body.Len()
+	}
+	b.ReportMetric(float64(size), "bytes/response")
+}
