@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,16 +16,17 @@ import (
 // docsPNG, when set, makes TestDocsScreenshot write the README's screenshot:
 //
 //	go test ./dashboard -run TestDocsScreenshot -docs-png "$PWD/docs/dashboard.png"
-var docsPNG = flag.String("docs-png", "", "write a screenshot of the dashboard with 20 s of fake history to this file")
+var docsPNG = flag.String("docs-png", "", "write a screenshot of the dashboard with 4 minutes of fake history to this file")
 
 // serve starts a test server on 127.0.0.1 with the dashboard under prefix
-// ("" or "/admin") and the fake's api/stats beside it, as the admin listener
-// will, and returns the page's URL.
+// ("" or "/admin") and the fake's api/stats and api/history beside it, as the
+// admin listener does, and returns the page's URL.
 func serve(t *testing.T, prefix string, fake *fakeStats) string {
 	t.Helper()
 	inner := http.NewServeMux()
 	inner.Handle("/", Handler())
 	inner.Handle("GET /api/stats", fake)
+	inner.Handle("GET /api/history", fake.history())
 	mux := http.NewServeMux()
 	if prefix == "" {
 		mux = inner
@@ -54,6 +56,46 @@ func TestDashboardInBrowser(t *testing.T) {
 	shot := loadDashboard(t, url)
 	if info, err := os.Stat(shot); err != nil || info.Size() == 0 {
 		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+}
+
+// TestDashboardDrawsServerHistory: a page opened on a server that kept 40
+// samples (api/history) draws them at its first render, with the first
+// poll's after them: the charts' lines have 41 points (the request rate 40:
+// the oldest sample has none), not the one point of the poll alone. The
+// header and the title name the instance: its listen address first.
+func TestDashboardDrawsServerHistory(t *testing.T) {
+	const past = 40
+	fake := newFakeStats(true)
+	fake.pastN = past
+	page := dashboardtest.Open(t, serve(t, "", fake))
+	s := page.WaitFor(10*time.Second, "the first live render", func(s dashboardtest.Snapshot) bool { return s.State == "live" })
+	t.Logf("first live render: %s", s)
+	if s.Samples != past+s.Updates {
+		t.Errorf("the page holds %d samples after %d polls, want %d", s.Samples, s.Updates, past+s.Updates)
+	}
+	want := map[string]int{"connections": past + 1, "latency": past + 1, "in-flight": past + 1, "subscriptions": past + 1, "requests": past}
+	for chart, n := range want {
+		if got := s.Points[chart]; got < n {
+			t.Errorf("chart %s draws %d points at the first render, want at least %d", chart, got, n)
+		}
+	}
+	wantInstance := map[string]string{
+		"name":    "127.0.0.1:8080",
+		"listen":  "ws://127.0.0.1:8080/ tcp://127.0.0.1:9000",
+		"admin":   fakeInstance.Admin,
+		"version": fakeInstance.Version,
+	}
+	for k, v := range wantInstance {
+		if s.Instance[k] != v {
+			t.Errorf("the header's %s shows %q, want %q", k, s.Instance[k], v)
+		}
+	}
+	if !strings.HasPrefix(s.Title, "127.0.0.1:8080 \u00b7 edge \u00b7 42 conn") {
+		t.Errorf("title %q, want it to start with the listen address, then edge and the connections", s.Title)
+	}
+	if errs := page.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
 	}
 }
 
@@ -126,13 +168,16 @@ func TestDashboardBehaviour(t *testing.T) {
 }
 
 // TestDocsScreenshot writes docs/dashboard.png when -docs-png is given: the
-// page after 20 s of a plausible fake load, so that its charts show lines.
+// page opened on a server that kept 4 minutes of a plausible fake load, so
+// that its charts show lines.
 func TestDocsScreenshot(t *testing.T) {
 	if *docsPNG == "" {
 		t.Skip("write the README's screenshot with -docs-png FILE")
 	}
-	page := dashboardtest.Open(t, serve(t, "", newFakeStats(false)))
-	page.WaitFor(60*time.Second, "20 s of history", func(s dashboardtest.Snapshot) bool { return s.Updates > 21 })
+	fake := newFakeStats(false)
+	fake.pastN = 240 // 4 minutes the server kept, drawn at once
+	page := dashboardtest.Open(t, serve(t, "", fake))
+	page.WaitFor(10*time.Second, "a live render", dashboardtest.Live)
 	path, err := filepath.Abs(*docsPNG)
 	if err != nil {
 		t.Fatal(err)

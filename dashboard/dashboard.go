@@ -1,13 +1,15 @@
 // Package dashboard serves edge's live dashboard (CONTRACT.md section 12): one
-// page, embedded in the binary, that polls the admin listener's JSON at
-// api/stats every second and draws the last five minutes of connections,
-// requests/s, latency, in-flight requests, subscriptions, slow consumers,
-// closes by code and upstream health.
+// page, embedded in the binary, that draws the last five minutes the server
+// kept (the admin listener's api/history) on load, then polls api/stats every
+// second, and shows connections, requests/s, latency, in-flight requests,
+// subscriptions, slow consumers, closes by code and upstream health. Its
+// header and title name the instance (listen addresses, admin address,
+// version) that those documents carry.
 //
 // The page works with no network access: its HTML, CSS and JavaScript are the
 // files under static/, the charts are its own small SVG code, and every
 // response carries a Content-Security-Policy that lets the page load and fetch
-// from its own origin only. It fetches api/stats by a relative URL, so it works
+// from its own origin only. It fetches its JSON by relative URLs, so it works
 // behind a path prefix as long as it is reached with the trailing slash
 // (mount it with http.StripPrefix("/admin", ...) and link to /admin/).
 package dashboard
@@ -49,8 +51,9 @@ type asset struct {
 
 // Handler returns the handler of the dashboard: the page at "/" and its
 // scripts and stylesheet beside it, for GET and HEAD; any other path is 404
-// and any other method 405. The JSON the page polls, api/stats, is not served
-// here: the admin listener routes it to the metrics. Safe for concurrent use.
+// and any other method 405. The JSON the page reads, api/history and
+// api/stats, is not served here: the admin listener routes it to the
+// metrics. Safe for concurrent use.
 func Handler() http.Handler {
 	files := make(map[string]asset, len(assets))
 	for _, a := range assets {

@@ -25,11 +25,13 @@ func TestHandlerServesThePage(t *testing.T) {
 		{"page", "GET", "/", 200, "text/html; charset=utf-8", `<script type="module" src="dashboard.js">`},
 		{"stylesheet", "GET", "/style.css", 200, "text/css; charset=utf-8", ".chart"},
 		{"main script", "GET", "/dashboard.js", 200, "text/javascript; charset=utf-8", `fetch("api/stats"`},
+		{"main script reads the history", "GET", "/dashboard.js", 200, "text/javascript; charset=utf-8", `fetch("api/history"`},
 		{"chart script", "GET", "/plot.js", 200, "text/javascript; charset=utf-8", "export function plot"},
 		{"format script", "GET", "/format.js", 200, "text/javascript; charset=utf-8", "export function latency"},
 		{"head", "HEAD", "/", 200, "text/html; charset=utf-8", ""},
 		{"index by name", "GET", "/index.html", 404, "", ""},
 		{"stats are not ours", "GET", "/api/stats", 404, "", ""},
+		{"history is not ours", "GET", "/api/history", 404, "", ""},
 		{"unknown", "GET", "/nope.js", 404, "", ""},
 		{"post", "POST", "/", 405, "", ""},
 	}

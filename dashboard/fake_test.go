@@ -13,6 +13,7 @@ import (
 // stats is the document the admin listener serves at api/stats (the schema
 // of issue 13), as the page reads it.
 type stats struct {
+	Instance      *instance        `json:"instance,omitempty"`
 	Time          int64            `json:"time"` // unix milliseconds
 	Connections   connections      `json:"connections"`
 	Requests      int64            `json:"requests"` // answered, in total
@@ -23,6 +24,27 @@ type stats struct {
 	SlowConsumers int64            `json:"slowConsumers"` // in total
 	Closes        map[string]int64 `json:"closes"`        // by close code, in total
 	Upstreams     []upstream       `json:"upstreams"`
+}
+
+// instance names the edge (metrics.Instance).
+type instance struct {
+	Listen  []string `json:"listen"`
+	Admin   string   `json:"admin"`
+	Version string   `json:"version"`
+}
+
+// fakeInstance is the instance the fake names.
+var fakeInstance = instance{
+	Listen:  []string{"ws://127.0.0.1:8080/", "tcp://127.0.0.1:9000"},
+	Admin:   "127.0.0.1:9090",
+	Version: "edge v1.2.3 (commit 0123456789ab, 2026-12-01T10:00:00Z) go1.26.8",
+}
+
+// historyDoc is the document the admin listener serves at api/history.
+type historyDoc struct {
+	Instance instance `json:"instance"`
+	Interval int64    `json:"interval"` // milliseconds
+	Samples  []stats  `json:"samples"`  // oldest first, without an instance each
 }
 
 type connections struct {
@@ -47,8 +69,10 @@ type upstream struct {
 // state.
 type fakeStats struct {
 	steady bool // connections stay at exactly 40 ws + 2 ndjson
+	pastN  int  // samples api/history serves; set before serving
 
 	mu    sync.Mutex
+	past  []stats    // guarded by mu: what api/history serves, made by its first request
 	calls int        // guarded by mu
 	down  bool       // guarded by mu: answer 503
 	rng   *rand.Rand // guarded by mu
@@ -82,17 +106,37 @@ func (f *fakeStats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "admin listener unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	s := f.next()
+	s := f.next(time.Now())
 	f.mu.Unlock()
+	s.Instance = &fakeInstance
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(s)
 }
 
-// next advances the load by the time since the previous call (a second the
-// first time) and returns the document. Must be called with mu held.
-func (f *fakeStats) next() stats {
+// history serves api/history with pastN samples, a second apart, that the fake
+// took before its first api/stats: made by the first request, when nothing
+// has been served yet, and the same for later requests.
+func (f *fakeStats) history() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		if f.past == nil && f.calls == 0 {
+			now := time.Now()
+			for i := range f.pastN {
+				f.past = append(f.past, f.next(now.Add(time.Duration(i-f.pastN)*time.Second)))
+			}
+		}
+		doc := historyDoc{Instance: fakeInstance, Interval: 1000, Samples: append([]stats{}, f.past...)}
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(doc)
+	})
+}
+
+// next advances the load to now by the time since the previous call (a
+// second the first time) and returns the document. Must be called with mu
+// held.
+func (f *fakeStats) next(now time.Time) stats {
 	f.calls++
-	now := time.Now()
 	dt := 1.0
 	if f.last.Time != 0 {
 		dt = min(max(float64(now.UnixMilli()-f.last.Time)/1e3, 0.001), 5)

@@ -5,6 +5,10 @@
 // loops), the upstreams count atomically off the loops, and everything is
 // turned into metrics at scrape time. Nothing here runs per request.
 //
+// /api/history serves the last five minutes of /api/stats, one sample a
+// second, taken by the one goroutine of Start (history.go) while the admin
+// listener serves. Both name the instance (SetInstance).
+//
 // The metrics of /metrics:
 //
 //	edge_connections{transport}                      gauge      open client connections (ws, ndjson)
@@ -41,9 +45,11 @@ package metrics
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openengine/edge/internal/hist"
+	"github.com/openengine/edge/internal/redact"
 	"github.com/openengine/edge/loop"
 	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/upstream"
@@ -56,19 +62,72 @@ const loopTimeout = 250 * time.Millisecond
 // Metrics reads the gateway's counters for the handlers. Safe for
 // concurrent use.
 type Metrics struct {
-	gw      *loop.Server  // immutable
-	rpc     *rpc.Server   // immutable
-	ups     *upstream.Set // immutable; nil: no upstreams
-	methods []string      // immutable: rpc.Server.MethodNames
+	gw      *loop.Server    // immutable
+	rpc     *rpc.Server     // immutable
+	ups     *upstream.Set   // immutable; nil: no upstreams
+	methods []string        // immutable: rpc.Server.MethodNames
+	read    func() snapshot // immutable: snapshot, or a test's
+	history *history        // immutable pointer; the ring guards itself
+
+	instance atomic.Pointer[Instance] // SetInstance's; nil before
 
 	mu     sync.Mutex
-	recent []latencyMark // guarded by mu: the request histogram at past /api/stats requests
+	recent marks // guarded by mu: the request histogram at past /api/stats requests
+
+	run struct { // the sampler's lifetime (Start, Close)
+		sync.Mutex
+		started, closed bool          // guarded by the Mutex
+		stop, done      chan struct{} // immutable after Start
+	}
 }
 
 // New returns the metrics of a gateway: its loop server, its rpc server
 // and its upstreams (nil or empty for none).
 func New(gw *loop.Server, srv *rpc.Server, ups *upstream.Set) *Metrics {
-	return &Metrics{gw: gw, rpc: srv, ups: ups, methods: srv.MethodNames()}
+	m := &Metrics{gw: gw, rpc: srv, ups: ups, methods: srv.MethodNames()}
+	var names []string
+	if ups != nil {
+		for _, u := range ups.Upstreams() {
+			names = append(names, u.Name())
+		}
+	}
+	m.read = m.snapshot
+	m.history = newHistory(names)
+	return m
+}
+
+// Instance names the edge a dashboard shows, in its header, its title and
+// /api/stats, so that the tabs of several edges are told apart. It holds no
+// credential: addresses and the version only.
+type Instance struct {
+	// Listen are the data listeners: ws://HOST:PORT/PATH (wss:// with
+	// TLS), and tcp://HOST:PORT for NDJSON.
+	Listen []string `json:"listen"`
+	// Admin is the admin listener's HOST:PORT.
+	Admin string `json:"admin"`
+	// Version is edge's version line (edge version).
+	Version string `json:"version"`
+}
+
+// SetInstance sets what /api/stats and /api/history name the instance: edge
+// sets it before the listeners start and again with the addresses they
+// took. Any userinfo in a URL is masked all the same. Safe for concurrent
+// use.
+func (m *Metrics) SetInstance(in Instance) {
+	out := Instance{Listen: make([]string, len(in.Listen)), Admin: redact.URLs(in.Admin), Version: redact.URLs(in.Version)}
+	for i, l := range in.Listen {
+		out.Listen[i] = redact.URLs(l)
+	}
+	m.instance.Store(&out)
+}
+
+// Instance returns what SetInstance set, the zero Instance (with an empty
+// Listen) before. Safe for concurrent use.
+func (m *Metrics) Instance() Instance {
+	if in := m.instance.Load(); in != nil {
+		return *in
+	}
+	return Instance{Listen: []string{}}
 }
 
 // snapshot is everything a scrape reports.

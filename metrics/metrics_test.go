@@ -7,7 +7,11 @@ import (
 	"time"
 
 	"github.com/openengine/edge/internal/hist"
+	"github.com/openengine/edge/internal/testgw"
 )
+
+// TestMain fails the run if a history sampler outlives the tests.
+func TestMain(m *testing.M) { testgw.Main(m) }
 
 // TestLatencyWindow: /api/stats' quantiles cover the requests since the
 // newest earlier snapshot request at least latencyWindow old, else since

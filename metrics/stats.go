@@ -11,11 +11,12 @@ import (
 	"github.com/openengine/edge/rpc"
 )
 
-// statsJSON is the body of /api/stats, the dashboard's snapshot. Every
-// count is a total since start; the page computes rates from successive
-// snapshots.
+// statsJSON is the body of /api/stats, the dashboard's snapshot, and a
+// sample of /api/history. Every count is a total since start; the page
+// computes rates from successive snapshots.
 type statsJSON struct {
-	Time          int64             `json:"time"` // Unix milliseconds
+	Instance      *Instance         `json:"instance,omitempty"` // /api/stats only
+	Time          int64             `json:"time"`               // Unix milliseconds
 	Connections   map[string]int    `json:"connections"`
 	Requests      uint64            `json:"requests"` // answered: every outcome but cancelled
 	Outcomes      map[string]uint64 `json:"outcomes"`
@@ -28,8 +29,8 @@ type statsJSON struct {
 }
 
 type latencyJSON struct {
-	P50 float64 `json:"p50"` // seconds
-	P99 float64 `json:"p99"`
+	P50 float32 `json:"p50"` // seconds; float32 writes the sample's precision, 0.0042 rather than 0.004199999850988388
+	P99 float32 `json:"p99"`
 }
 
 type upstreamJSON struct {
@@ -42,36 +43,48 @@ type upstreamJSON struct {
 // quantiles: they are estimated from the histogram of the requests answered
 // since the newest earlier /api/stats request at least this old (about 5 s
 // ago for a page polling every second), else since the oldest one kept,
-// else since start.
+// else since start. The history's samples use the same window over the
+// samples before them.
 const latencyWindow = 5 * time.Second
 
-// latencyMark is the request histogram as of one /api/stats request.
+// latencyMark is the request histogram as of one reading.
 type latencyMark struct {
 	at time.Time
 	h  hist.Hist
 }
+
+// marks are the request histograms of past readings, for latency windows.
+type marks []latencyMark
 
 // window returns the histogram of the requests answered since about
 // latencyWindow ago and records h as of now for later requests.
 func (m *Metrics) window(now time.Time, h hist.Hist) hist.Hist {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.recent.since(now, h)
+}
+
+// since returns the histogram of the requests answered since about
+// latencyWindow before now, given h as of now, and records h. Its caller
+// serialises calls.
+func (mk *marks) since(now time.Time, h hist.Hist) hist.Hist {
+	recent := *mk
 	var base hist.Hist
 	keep := 0
-	if len(m.recent) > 0 {
-		base = m.recent[0].h
+	if len(recent) > 0 {
+		base = recent[0].h
 	}
-	for i, mk := range m.recent {
-		if now.Sub(mk.at) >= latencyWindow {
-			base, keep = mk.h, i
+	for i, m := range recent {
+		if now.Sub(m.at) >= latencyWindow {
+			base, keep = m.h, i
 		}
 	}
 	// Marks older than the base are no longer needed.
-	m.recent = append(m.recent[:0], m.recent[keep:]...)
-	if len(m.recent) >= maxMarks {
-		m.recent = m.recent[1:]
+	recent = append(recent[:0], recent[keep:]...)
+	if len(recent) >= maxMarks {
+		recent = recent[1:]
 	}
-	m.recent = append(m.recent, latencyMark{at: now, h: h})
+	*mk = append(recent, latencyMark{at: now, h: h})
 	return h.Sub(&base)
 }
 
@@ -79,48 +92,63 @@ func (m *Metrics) window(now time.Time, h hist.Hist) hist.Hist {
 const maxMarks = 64
 
 func (m *Metrics) serveStats(w http.ResponseWriter, _ *http.Request) {
-	s := m.snapshot()
+	s := m.read()
 	now := time.Now()
-	c := &s.loop.RPC
-	var outcomes [rpc.NumOutcomes]uint64
-	for i := range c.Methods {
-		for o, n := range c.Methods[i].Outcomes {
-			outcomes[o] += n
-		}
+	win := m.window(now, requestHist(&s.loop.RPC))
+	var smp sample
+	ups := make([]upSample, len(s.upstreams))
+	names := make([]string, len(s.upstreams))
+	for i, u := range s.upstreams {
+		names[i] = u.name
 	}
-	win := m.window(now, requestHist(c))
+	fill(&smp, ups, &s, now, &win)
+	js := statsOf(&smp, names, ups)
+	in := m.Instance()
+	js.Instance = &in
+	writeJSON(w, &js)
+}
+
+// statsOf is the JSON form of a sample whose upstreams, ups, are named
+// names.
+func statsOf(smp *sample, names []string, ups []upSample) statsJSON {
 	js := statsJSON{
-		Time:          now.UnixMilli(),
+		Time:          smp.at,
 		Connections:   make(map[string]int, loop.NumTransports),
 		Outcomes:      make(map[string]uint64, rpc.NumOutcomes),
-		Latency:       latencyJSON{P50: win.Quantile(.5), P99: win.Quantile(.99)},
-		InFlight:      s.inFlight,
-		Subscriptions: c.Subscriptions,
-		SlowConsumers: c.SlowSubscriptions + s.loop.SlowConsumers,
+		Latency:       latencyJSON{P50: smp.p50, P99: smp.p99},
+		InFlight:      int(smp.inFlight),
+		Subscriptions: smp.subs,
+		SlowConsumers: smp.slow,
 		Closes:        make(map[string]uint64, loop.NumCloseCodes),
-		Upstreams:     []upstreamJSON{},
+		Upstreams:     make([]upstreamJSON, 0, len(ups)),
 	}
-	for i, n := range s.loop.Conns {
-		js.Connections[loop.TransportLabel(i)] = n
+	for i, n := range smp.conns {
+		js.Connections[loop.TransportLabel(i)] = int(n)
 	}
-	for o, n := range outcomes {
+	for o, n := range smp.outcomes {
 		js.Outcomes[rpc.Outcome(o).String()] = n
 		if rpc.Outcome(o) != rpc.OutcomeCancelled {
 			js.Requests += n
 		}
 	}
-	for i, n := range s.loop.Closes {
+	for i, n := range smp.closes {
 		js.Closes[loop.CloseCodeLabel(i)] = n
 	}
-	for _, u := range s.upstreams {
-		js.Upstreams = append(js.Upstreams, upstreamJSON{Name: u.name, Up: u.st.Up, Total: u.st.Total})
+	for i, u := range ups {
+		js.Upstreams = append(js.Upstreams, upstreamJSON{Name: names[i], Up: int(u.up), Total: int(u.total)})
 	}
-	b, err := json.Marshal(&js)
+	return js
+}
+
+// writeJSON answers v as JSON.
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	_, _ = w.Write(b)
 }

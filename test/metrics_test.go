@@ -115,6 +115,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.Handle("/api/stats", m.StatsHandler())
+	mux.Handle("/api/history", m.HistoryHandler())
+	m.SetInstance(metrics.Instance{Listen: []string{"ws://" + gw.srv.Addr().String() + "/"}, Admin: "127.0.0.1:9090", Version: "edge test"})
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 
@@ -315,7 +317,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var js struct {
+	type statsDoc struct {
+		Instance      *metrics.Instance  `json:"instance"`
 		Time          int64              `json:"time"`
 		Connections   map[string]int     `json:"connections"`
 		Requests      int                `json:"requests"`
@@ -331,6 +334,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			Total int    `json:"total"`
 		} `json:"upstreams"`
 	}
+	var js statsDoc
 	dec := json.NewDecoder(res.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&js); err != nil {
@@ -339,8 +343,14 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if d := time.Since(time.UnixMilli(js.Time)); d < 0 || d > time.Minute {
 		t.Errorf("time %d is %v off", js.Time, d)
 	}
-	got := fmt.Sprintf("%v %d %v %d %d %d %v %+v", js.Connections, js.Requests, js.Outcomes, js.InFlight,
-		js.Subscriptions, js.SlowConsumers, js.Closes, js.Upstreams)
+	if in := js.Instance; in == nil || len(in.Listen) != 1 || in.Admin != "127.0.0.1:9090" || in.Version != "edge test" {
+		t.Errorf("/api/stats instance %+v", in)
+	}
+	counts := func(js *statsDoc) string {
+		return fmt.Sprintf("%v %d %v %d %d %d %v %+v", js.Connections, js.Requests, js.Outcomes, js.InFlight,
+			js.Subscriptions, js.SlowConsumers, js.Closes, js.Upstreams)
+	}
+	got := counts(&js)
 	want2 := "map[ndjson:0 ws:0] 18 map[busy:1 cancelled:1 error:3 ok:12 rate_limited:0 timeout:1 unavailable:1] 0 0 2 " +
 		"map[1000:2 1001:0 1002:0 1003:0 1006:1 1007:0 1008:1 1009:1 4401:0 other:0] [{Name:up Up:0 Total:1}]"
 	if got != want2 {
@@ -351,6 +361,35 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	// 99th percentile, not the median.
 	if p50, p99 := js.Latency["p50"], js.Latency["p99"]; !(p50 > 0 && p50 < 0.3 && p99 >= 0.25) {
 		t.Errorf("latency p50 %v p99 %v: want p50 below the timeout and p99 at it", p50, p99)
+	}
+
+	// The history: its sampler's first sample, taken at Start, has the
+	// same counts, and the instance.
+	m.Start()
+	t.Cleanup(m.Close)
+	var h struct {
+		Instance metrics.Instance `json:"instance"`
+		Interval int64            `json:"interval"`
+		Samples  []statsDoc       `json:"samples"`
+	}
+	poll.Until(t, 10*time.Second, "a sample in /api/history", func() (bool, string) {
+		res, err := http.Get(hs.URL + "/api/history")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		dec := json.NewDecoder(res.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&h); err != nil {
+			t.Fatalf("/api/history: %v", err)
+		}
+		return len(h.Samples) > 0, fmt.Sprintf("%d samples", len(h.Samples))
+	})
+	if h.Instance.Version != "edge test" || h.Interval != 1000 || h.Samples[0].Instance != nil {
+		t.Errorf("/api/history: instance %+v, interval %d, the sample's own instance %+v", h.Instance, h.Interval, h.Samples[0].Instance)
+	}
+	if got := counts(&h.Samples[0]); got != want2 {
+		t.Errorf("/api/history's first sample:\ngot  %s\nwant %s", got, want2)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/openengine/edge/admin"
+	"github.com/openengine/edge/loop"
+	"github.com/openengine/edge/metrics"
 	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/topics"
 	"github.com/openengine/edge/upstream"
@@ -133,6 +135,35 @@ func startAdmin(o *options, logger *slog.Logger, ready *readiness, pages map[str
 	addr := adm.Addr().String()
 	logger.Info("admin listening", "addr", addr, "url", "http://"+addr+"/", "endpoints", strings.Join(adm.Patterns(), " "), "access", access)
 	return adm, nil
+}
+
+// instanceOf names this edge for the dashboard (metrics.Instance): its data
+// listeners, as bound once gw has started and as configured before; the
+// admin listener's address, likewise; and the version line. Addresses and
+// the version only, never a credential.
+func instanceOf(o *options, gw *loop.Server, adm *admin.Server) metrics.Instance {
+	in := metrics.Instance{Admin: o.adminListen, Version: versionLine()}
+	if adm != nil {
+		if a := adm.Addr(); a != nil {
+			in.Admin = a.String()
+		}
+	}
+	ws, nd := o.loop.Listen, o.loop.NDJSONListen
+	if a := gw.Addr(); a != nil {
+		ws = a.String()
+	}
+	if a := gw.NDJSONAddr(); a != nil {
+		nd = a.String()
+	}
+	scheme := "ws://"
+	if o.loop.TLS != nil {
+		scheme = "wss://"
+	}
+	in.Listen = append(in.Listen, scheme+ws+o.loop.WSPath)
+	if nd != "" {
+		in.Listen = append(in.Listen, "tcp://"+nd)
+	}
+	return in
 }
 
 // stopAdmin closes the admin listener, if there is one, once the gateway

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,9 +261,82 @@ func TestAdminDashboardLive(t *testing.T) {
 		status, body := e.get("/metrics")
 		return status == http.StatusOK && strings.Contains(body, `edge_requests_total{method="edge/echo",outcome="ok"}`), body
 	})
-	if status, body := e.get("/api/stats"); status != http.StatusOK || !strings.Contains(body, `"ws":1}`) {
+	status, body := e.get("/api/stats")
+	if status != http.StatusOK || !strings.Contains(body, `"ws":1}`) {
 		t.Fatalf("/api/stats: %d %s", status, body)
 	}
-	dashboardtest.Browser(t) // skips without chromium
-	dashboardtest.Load(t, e.admin+"/", 30*time.Second, dashboardtest.Live)
+	var stats struct {
+		Instance struct {
+			Listen  []string `json:"listen"`
+			Admin   string   `json:"admin"`
+			Version string   `json:"version"`
+		} `json:"instance"`
+	}
+	if err := json.Unmarshal([]byte(body), &stats); err != nil {
+		t.Fatalf("/api/stats: %v: %s", err, body)
+	}
+	in := stats.Instance
+	if !slices.Equal(in.Listen, []string{e.ws}) || "http://"+in.Admin != e.admin || in.Version != versionLine() {
+		t.Errorf("/api/stats names the instance %+v, want listen [%s], admin %s, version %q", in, e.ws, e.admin, versionLine())
+	}
+
+	// The server's history: one sample a second since the admin listener
+	// started, the client's connection in the newest.
+	const past = 3
+	type historyDoc struct {
+		Interval int64 `json:"interval"`
+		Samples  []struct {
+			Time        int64          `json:"time"`
+			Connections map[string]int `json:"connections"`
+			Requests    uint64         `json:"requests"`
+		} `json:"samples"`
+	}
+	var h historyDoc
+	poll.Until(t, edgeWait, fmt.Sprintf("%d samples in /api/history", past), func() (bool, string) {
+		status, body := e.get("/api/history")
+		h = historyDoc{}
+		if status != http.StatusOK || json.Unmarshal([]byte(body), &h) != nil {
+			return false, fmt.Sprintf("%d %s", status, body)
+		}
+		return len(h.Samples) >= past && h.Samples[len(h.Samples)-1].Requests > 0, body
+	})
+	if h.Interval != 1000 {
+		t.Errorf("/api/history interval %d, want 1000", h.Interval)
+	}
+	for i := 1; i < len(h.Samples); i++ {
+		if d := h.Samples[i].Time - h.Samples[i-1].Time; d < 500 || d > 1500 {
+			t.Errorf("/api/history samples %d and %d are %d ms apart, want about 1000", i-1, i, d)
+		}
+	}
+	if last := h.Samples[len(h.Samples)-1]; last.Connections["ws"] != 1 {
+		t.Errorf("/api/history's newest sample has %v connections, want the client's", last.Connections)
+	}
+
+	// A page opened now draws those samples at once and names the edge.
+	page := dashboardtest.Open(t, e.admin+"/") // skips without chromium
+	s := page.WaitFor(30*time.Second, "a live render", dashboardtest.Live)
+	if s.Points["connections"] < past+1 {
+		t.Errorf("a page opened after %d samples draws %d points of connections: %s", len(h.Samples), s.Points["connections"], s)
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(e.ws, "ws://"), "/")
+	if s.Instance["listen"] != e.ws || !strings.HasPrefix(s.Title, host+" \u00b7 edge") || s.Instance["version"] != versionLine() {
+		t.Errorf("the page names the instance %v with the title %q, want %s first", s.Instance, s.Title, host)
+	}
+	if errs := page.Errors(); len(errs) > 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+
+	// The sampler stops with edge (no test of this package runs in
+	// parallel, so any sampler left is this edge's).
+	stop()
+	<-loaded
+	e.stop()
+	if err := e.wait(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	poll.Until(t, edgeWait, "the history sampler's goroutine gone", func() (bool, string) {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return !strings.Contains(stacks, "metrics.(*Metrics).sampler"), stacks
+	})
 }

@@ -100,8 +100,11 @@ func TestAdminToken(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
-		_, _ = io.Copy(io.Discard, res.Body)
+		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
+		if strings.Contains(string(body), "tok-admin") {
+			t.Errorf("GET %s shows the admin token: %s", path, body)
+		}
 		return res
 	}
 	bearer := func(tok string) func(*http.Request) {
@@ -110,7 +113,7 @@ func TestAdminToken(t *testing.T) {
 	if res := get("/healthz", nil); res.StatusCode != http.StatusOK {
 		t.Errorf("/healthz without a token: %d, want 200", res.StatusCode)
 	}
-	paths := []string{"/readyz", "/metrics", "/api/stats", "/", "/debug/pprof/", "/debug/pprof/cmdline"}
+	paths := []string{"/readyz", "/metrics", "/api/stats", "/api/history", "/", "/debug/pprof/", "/debug/pprof/cmdline"}
 	for _, path := range paths {
 		for _, auth := range []func(*http.Request){nil, bearer(tok2)} {
 			if res := get(path, auth); res.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer") {

@@ -478,6 +478,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	ready := newReadiness(srv, ups, o.routes)
 	ready.topics = tops
 	var gw *loop.Server
+	var m *metrics.Metrics
 	var pages map[string]http.Handler // the admin listener's metrics and dashboard
 	if !o.stdio {
 		o.loop.Logger = logger
@@ -485,21 +486,34 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		if gw, err = loop.New(o.loop, srv); err != nil {
 			return err
 		}
-		m := metrics.New(gw, srv, ups)
+		m = metrics.New(gw, srv, ups)
+		m.SetInstance(instanceOf(o, gw, nil))
 		pages = map[string]http.Handler{
-			"GET /metrics":   m.Handler(),
-			"GET /api/stats": m.StatsHandler(),
-			"/":              dashboard.Handler(),
+			"GET /metrics":     m.Handler(),
+			"GET /api/stats":   m.StatsHandler(),
+			"GET /api/history": m.HistoryHandler(),
+			"/":                dashboard.Handler(),
 		}
 	}
 	adm, err := startAdmin(o, logger, ready, pages)
 	if err != nil {
 		return err
 	}
+	if adm != nil && m != nil {
+		// The dashboard's history is sampled for as long as the admin
+		// listener serves it.
+		m.SetInstance(instanceOf(o, gw, adm))
+		m.Start()
+	}
 	// Deferred after ups.Close, so it runs before it: the admin listener
 	// closes once the gateway has stopped, and /readyz says "draining"
 	// until then.
-	defer stopAdmin(adm, logger)
+	defer func() {
+		stopAdmin(adm, logger)
+		if m != nil {
+			m.Close()
+		}
+	}()
 	if o.stdio {
 		ups.Start()
 		ready.set(stageServing)
@@ -512,6 +526,9 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		return err
 	}
 	ups.StartOn(gw)
+	if m != nil {
+		m.SetInstance(instanceOf(o, gw, adm)) // the addresses the listeners took
+	}
 	ready.set(stageServing)
 	addr := gw.Addr().String()
 	scheme := "ws://"

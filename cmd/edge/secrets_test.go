@@ -109,7 +109,10 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 	}
 	get("/debug/pprof/")
 	get("/metrics")
-	get("/api/stats")
+	if body := get("/api/stats"); !strings.Contains(body, `"instance":{"listen":["ws://`) {
+		t.Errorf("/api/stats does not name the instance: %s", body)
+	}
+	get("/api/history")
 	ns.Shutdown()
 	reason := regexp.QuoteMeta(`nats topics nats://edge:***@` + natsHost + `: not connected`)
 	e.waitFor("/readyz naming the topics", func() (bool, string) {

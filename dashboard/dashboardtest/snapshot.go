@@ -2,6 +2,8 @@ package dashboardtest
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -14,6 +16,10 @@ type Snapshot struct {
 	Updates   int               `json:"updates"` // renders so far, one a poll
 	Metrics   map[string]Metric `json:"metrics"` // by data-metric name
 	Upstreams []Upstream        `json:"upstreams"`
+	Title     string            `json:"title"`    // the document's title
+	Instance  map[string]string `json:"instance"` // the header's instance fields by data-instance name: name, listen, admin, version
+	Points    map[string]int    `json:"points"`   // by chart (data-chart): the points of its longest line, counted in its path
+	Samples   int               `json:"samples"`  // <body data-samples>: the samples the page holds
 }
 
 // Metric is one shown value: the formatted text and the number behind it,
@@ -55,7 +61,13 @@ func (s Snapshot) String() string {
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	fmt.Fprintf(&b, "render %d, %s (%q)", s.Updates, s.State, s.Status)
+	fmt.Fprintf(&b, "render %d, %s (%q), title %q, %d samples", s.Updates, s.State, s.Status, s.Title, s.Samples)
+	for _, n := range slices.Sorted(maps.Keys(s.Instance)) {
+		fmt.Fprintf(&b, " instance %s=%q", n, s.Instance[n])
+	}
+	for _, n := range slices.Sorted(maps.Keys(s.Points)) {
+		fmt.Fprintf(&b, " chart %s=%d points", n, s.Points[n])
+	}
 	for _, n := range names {
 		fmt.Fprintf(&b, " %s=%q", n, s.Metrics[n].Text)
 	}
@@ -78,5 +90,13 @@ const snapshotJS = `(() => {
   const upstreams = [...document.querySelectorAll("[data-upstream]")].map((r) => ({
     name: r.dataset.upstream, health: r.dataset.health, up: Number(r.dataset.up), total: Number(r.dataset.total),
   }));
-  return { state: body.dataset.state, status: document.getElementById("status")?.textContent ?? "", updates, metrics, upstreams };
+  const instance = {};
+  for (const e of document.querySelectorAll("[data-instance]")) instance[e.dataset.instance] = e.textContent;
+  const points = {};
+  for (const e of document.querySelectorAll("svg[data-chart]")) {
+    const counts = [...e.querySelectorAll("path.series:not(.area)")].map((p) => (p.getAttribute("d").match(/[ML]/g) || []).length);
+    points[e.dataset.chart] = Math.max(0, ...counts);
+  }
+  return { state: body.dataset.state, status: document.getElementById("status")?.textContent ?? "", updates, metrics, upstreams,
+    title: document.title, instance, points, samples: Number(body.dataset.samples || 0) };
 })()`

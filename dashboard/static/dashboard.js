@@ -1,11 +1,17 @@
-// The dashboard: polls api/stats every second, keeps the last five minutes of
-// samples, and renders the current values and a chart for each card.
+// The dashboard: on load, draws the last five minutes the server kept
+// (api/history, one sample a second), then polls api/stats every second,
+// keeps the last five minutes of samples, and renders the current values and
+// a chart for each card. The header and the title name the instance (its
+// listen address, admin address and version), so that the tabs of several
+// edges are told apart.
 //
 // For tests and scripts the page keeps stable hooks: every current value is an
 // element with data-metric="<name>", its formatted text as content and the raw
 // number in data-value; each upstream is a row with data-upstream="<name>" and
-// data-health="up|degraded|down"; <body> carries data-state
-// ("loading|live|disconnected") and data-updates, the count of renders.
+// data-health="up|degraded|down"; the instance's fields are elements with
+// data-instance="name|listen|admin|version"; <body> carries data-state
+// ("loading|live|disconnected"), data-updates, the count of renders, and
+// data-samples, the samples the page holds.
 
 import * as fmt from "./format.js";
 import { plot } from "./plot.js";
@@ -36,6 +42,8 @@ let previous = null; // the last stats document, for rates
 let clockOffset = 0; // server time minus this browser's clock, in ms
 let updates = 0;
 let disconnectedAt = null;
+let instanceName = ""; // the first listener's host:port, once the server named it
+let titleRest = ""; // the title's current values, after the instance
 const colorOf = new Map(); // "close:1000", "upstream:db" -> colour index, stable for the page's life
 
 function colour(key) {
@@ -237,7 +245,41 @@ function renderValues(s) {
   renderOutcomes(s);
   renderCloses(s);
   renderUpstreams(s);
-  document.title = `edge \u00b7 ${fmt.count(s.connections)} conn \u00b7 ${fmt.rate(s.rate)}`;
+  setTitle(`${fmt.count(s.connections)} conn \u00b7 ${fmt.rate(s.rate)}`);
+}
+
+// setTitle sets the page's title: the instance first, so that a narrow tab
+// still tells this edge from another, then what is given.
+function setTitle(rest) {
+  titleRest = rest;
+  document.title = [instanceName, "edge", rest].filter(Boolean).join(" \u00b7 ");
+}
+
+// hostOf is the host:port of a listener's URL: what follows the scheme, up to
+// the path.
+function hostOf(url) {
+  return String(url).replace(/^[a-z]+:\/\//i, "").replace(/\/.*$/, "");
+}
+
+// showInstance names the instance in the header and the title, from the
+// instance object of api/stats or api/history.
+function showInstance(inst) {
+  if (!inst || typeof inst !== "object") return;
+  const listen = Array.isArray(inst.listen) ? inst.listen.map(String) : [];
+  const fields = {
+    name: listen.length ? hostOf(listen[0]) : "gateway dashboard",
+    listen: listen.join(" "),
+    admin: String(inst.admin || ""),
+    version: String(inst.version || ""),
+  };
+  for (const [k, v] of Object.entries(fields)) {
+    for (const e of document.querySelectorAll(`[data-instance="${k}"]`)) if (e.textContent !== v) e.textContent = v;
+  }
+  document.getElementById("instance").hidden = !(fields.listen || fields.admin || fields.version);
+  if (listen.length && instanceName !== fields.name) {
+    instanceName = fields.name;
+    setTitle(titleRest);
+  }
 }
 
 function setState(state, text) {
@@ -245,8 +287,11 @@ function setState(state, text) {
   document.getElementById("status").textContent = text;
 }
 
-function accept(stats) {
+// accept adds a stats document (of api/stats, or a sample of api/history) to
+// the history; a live one is rendered as the current values.
+function accept(stats, live = true) {
   if (typeof stats?.time !== "number") throw new Error("stats without a time");
+  showInstance(stats.instance);
   if (previous && stats.time < previous.time) {
     // The server's clock went back: start the rates afresh and drop the
     // samples that now lie in the future.
@@ -259,9 +304,28 @@ function accept(stats) {
   clockOffset = stats.time - Date.now();
   history.push(sample);
   while (history.length && history[0].t < sample.t - WINDOW_MS) history.shift();
+  document.body.dataset.samples = String(history.length);
+  if (!live) return;
   disconnectedAt = null;
   renderValues(sample);
   setState("live", `live \u00b7 ${fmt.clock(stats.time)}`);
+}
+
+// loadHistory takes the samples the server kept of the last five minutes
+// (api/history, oldest first, each an api/stats document), so that the
+// charts start with what happened before the page was opened. A server
+// without it (404) or a failed fetch leaves the page to its own polls, the
+// first of which says what is wrong.
+async function loadHistory() {
+  try {
+    const r = await fetch("api/history", { cache: "no-store", signal: AbortSignal.timeout(TIMEOUT_MS) });
+    if (!r.ok) return;
+    const h = await r.json();
+    showInstance(h?.instance);
+    for (const s of Array.isArray(h?.samples) ? h.samples : []) accept(s, false);
+  } catch (err) {
+    // left to the polls
+  }
 }
 
 function fail(err) {
@@ -285,4 +349,4 @@ async function poll() {
 }
 
 window.addEventListener("resize", renderCharts);
-poll();
+loadHistory().then(poll);
