@@ -187,6 +187,14 @@ func TestWSSHandshakeQueueBounded(t *testing.T) {
 		c.loop.HandshakeTimeout = timeout
 	})
 	slow := stall(t, gw) // holds the one worker until it leaves
+	// The stalled hello reaches the worker asynchronously: were the next
+	// client's first, it would take the worker and finish, the stalled one
+	// would hold it from the queue, and the third would wait there for the
+	// stalled one's handshake timeout and then succeed.
+	poll.Until(t, pollTimeout, "the stalled handshake on the worker", func() (bool, string) {
+		r, q := gw.srv.TLSHandshakes()
+		return r == 1 && q == 0, fmt.Sprintf("%d running, %d queued", r, q)
+	})
 	queued := make(chan error, 1)
 	go func() { queued <- wssEcho(gw, 1, 2*timeout) }()
 	// The queued client's ClientHello reaches the loop asynchronously: a
