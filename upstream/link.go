@@ -130,9 +130,7 @@ func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
 	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted) }) {
-		l.inflight.Add(-1)
-		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		l.up.refuse(c, l, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(remote{l}, id)
@@ -160,21 +158,14 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
-		if counted {
-			l.inflight.Add(-1)
-		}
-		c.Finish(nil, backend.ErrUnknownMethod)
+		l.up.refuse(c, reserved(l, counted), notCounted, backend.ErrUnknownMethod)
 		return false
 	}
 	l.mu.Lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
 		l.mu.Unlock()
-		if counted {
-			l.inflight.Add(-1)
-		}
-		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		l.up.refuse(c, reserved(l, counted), outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return false
 	}
 	switch {

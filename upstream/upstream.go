@@ -422,7 +422,7 @@ func (u *Upstream) Close() {
 		u.own.stop()
 	}
 	for _, h := range u.http {
-		h.calls.Wait()
+		h.running.Wait()
 	}
 }
 
@@ -444,8 +444,7 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	if c.Stream() == nil && len(u.http) > 0 {
 		return u.forwardHTTP(c)
 	}
-	u.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-	c.Finish(nil, backend.ErrUpstreamUnavailable)
+	u.refuse(c, nil, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 	return backend.Ticket{}
 }
 
