@@ -6,7 +6,7 @@
 // An Upstream is a backend.Forwarder. Forward runs on an event loop and never
 // waits for I/O: it appends the request to a connection's output buffer and
 // returns. The exec, tcp and ws connections live on the gateway's event
-// loops (backend.Loops, see link): a call from a session goes to a
+// loops (Loops, see link): a call from a session goes to a
 // connection its own loop owns when one is up, so the request is written in
 // the loop's flush and the answer is read, parsed and completed on that loop,
 // with no goroutine and no lock hand-off in between; a call from another loop
