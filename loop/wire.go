@@ -39,10 +39,11 @@ type wire struct {
 // probe marks the connections Start enrolls to learn the loops' numbering.
 type probe struct{}
 
-// NumLoops implements upstream.Loops.
+// NumLoops implements upstream.Loops. Immutable after Start.
 func (s *Server) NumLoops() int { return len(s.numbered) }
 
-// Attach implements upstream.Loops.
+// Attach implements upstream.Loops. Concurrent; not on an event loop, as
+// it waits for loop i to open the connection.
 func (s *Server) Attach(i int, c net.Conn, w upstream.Wire) error {
 	if i < 0 || i >= len(s.numbered) {
 		c.Close()
@@ -57,7 +58,7 @@ func (s *Server) Attach(i int, c net.Conn, w upstream.Wire) error {
 	return res.Err
 }
 
-// Run implements upstream.Loops.
+// Run implements upstream.Loops. Concurrent.
 func (s *Server) Run(i int, f func()) bool {
 	if i < 0 || i >= len(s.numbered) {
 		return false
