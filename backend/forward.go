@@ -21,8 +21,10 @@ type Forwarder interface {
 type Origin struct {
 	// Loops and Loop are the event loop the call's session runs on (nil
 	// Loops: none), so that a forwarder picks a connection the same loop
-	// owns.
-	Loops Loops
+	// owns: Loops is the loops' identity (the gateway's *loop.Server, as
+	// its loops name it, Homed), compared by a forwarder with the loops its
+	// connections run on (upstream.Loops), never called.
+	Loops any
 	Loop  int
 	// Admitted is the loop's clock of the turn that admitted the call, in
 	// Unix nanoseconds, or 0 when its session has none: a forwarder
@@ -120,4 +122,12 @@ type UnaryOnly interface {
 // block; a notification that cannot be sent now is dropped.
 type Notifier interface {
 	Notify(method string, params []byte)
+}
+
+// Homed is implemented by a session's poster that is an event loop of a
+// set of loops: Home returns the set's identity (Origin.Loops) and the
+// loop's number. The session reads
+// it once and passes it with every call it forwards (Origin).
+type Homed interface {
+	Home() (any, int)
 }

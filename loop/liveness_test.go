@@ -105,7 +105,7 @@ func newClock(t *testing.T) *clock {
 	s.loops[el] = &eventLoop{srv: s, el: el, epfd: -1, spareMax: cfg.SpareOutputBytes}
 	h := &clock{t: t, srv: s, c: &fakeConn{el: el}}
 	h.advance(300 * time.Millisecond)
-	if _, action := s.OnOpen(h.c); action != gnet.None {
+	if _, action := s.onOpen(h.c); action != gnet.None {
 		t.Fatalf("OnOpen: action %v", action)
 	}
 	return h
@@ -122,7 +122,7 @@ func (h *clock) advance(d time.Duration) {
 	end := time.Now().Add(d)
 	for {
 		if !time.Now().Before(h.nextTick) {
-			delay, _ := h.srv.OnTick()
+			delay, _ := h.srv.onTick()
 			h.nextTick = time.Now().Add(delay)
 			h.reap()
 		}
@@ -142,7 +142,7 @@ func (h *clock) send(b []byte) {
 		h.t.Fatalf("send at %s: the server closed the connection at %s", h.since(time.Now()), h.since(h.c.closedAt))
 	}
 	h.c.in = append(h.c.in, b...)
-	h.srv.OnTraffic(h.c)
+	h.srv.onTraffic(h.c)
 	h.reap()
 }
 
@@ -150,7 +150,7 @@ func (h *clock) send(b []byte) {
 func (h *clock) reap() {
 	if !h.c.closedAt.IsZero() && !h.gone {
 		h.gone = true
-		h.srv.OnClose(h.c, nil)
+		h.srv.onClose(h.c, nil)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // connection's outbound buffer is empty (Poller.ModRead after a full flush),
 // which is also when edge would resume. If the layout is not what this code
 // expects, epollFD reports -1 and edge falls back to not consuming input while
-// paused, closing a peer that keeps sending past a bound (see Server.OnTraffic).
+// paused, closing a peer that keeps sending past a bound (see Server.onTraffic).
 
 // epollFD returns the epoll descriptor behind a gnet event loop, or -1.
 func epollFD(el gnet.EventLoop) int {

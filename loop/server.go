@@ -6,7 +6,7 @@
 // that loop's goroutine and have no locks. Workers reach a loop only through
 // its completion queue (eventLoop.Post), which the loop drains in one turn and
 // answers with one write per connection. The loops also serve the
-// forwarders' byte-stream connections to upstreams (wire.go, backend.Loops):
+// forwarders' byte-stream connections to upstreams (wire.go, upstream.Loops):
 // a forwarded call and its answer stay on the loop that owns the connection.
 package loop
 
@@ -24,11 +24,11 @@ import (
 	"github.com/openengine/edge/rpc"
 )
 
-// Server is a running gateway listener. Its exported methods are safe for
-// concurrent use.
+// Server is a running gateway listener. Each exported method states its
+// concurrency class: immutable (a value fixed once Start returned),
+// concurrent (safe from any goroutine), loop (on an event loop only) or
+// once. gnet's callbacks are not among them: they are handler's.
 type Server struct {
-	gnet.BuiltinEventEngine
-
 	cfg Config      // immutable after New
 	rpc *rpc.Server // immutable after New
 
@@ -56,9 +56,30 @@ type Server struct {
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
-	// numbered are the loops by number (backend.Loops), set by Start.
+	// numbered are the loops by number (upstream.Loops), set by Start.
 	numbered []*eventLoop // guarded by mu while Start numbers them; immutable after
 }
+
+// handler is the Server as gnet's EventHandler. Its callbacks run on the
+// event loops (OnOpen, OnTraffic, OnClose) or on gnet's ticker goroutine
+// (OnTick), so they are off the Server's API: nothing but gnet calls
+// them.
+type handler struct {
+	gnet.BuiltinEventEngine // OnBoot, OnShutdown: nothing to do
+	s                       *Server
+}
+
+// OnOpen implements gnet.EventHandler. Loop.
+func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) { return h.s.onOpen(c) }
+
+// OnTraffic implements gnet.EventHandler. Loop.
+func (h *handler) OnTraffic(c gnet.Conn) gnet.Action { return h.s.onTraffic(c) }
+
+// OnClose implements gnet.EventHandler. Loop.
+func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action { return h.s.onClose(c, err) }
+
+// OnTick implements gnet.EventHandler. On gnet's ticker goroutine.
+func (h *handler) OnTick() (time.Duration, gnet.Action) { return h.s.onTick() }
 
 // New validates cfg and returns a server that serves sessions of srv.
 func New(cfg Config, srv *rpc.Server) (*Server, error) {
@@ -80,7 +101,7 @@ func New(cfg Config, srv *rpc.Server) (*Server, error) {
 // Start opens the listeners, starts the event loops and the acceptors, and
 // returns once connections are accepted, or with the error that kept it from
 // starting. The listeners and their acceptors are edge's, not gnet's
-// (accept.go).
+// (accept.go). Once.
 func (s *Server) Start() error {
 	ws, err := listen(s.cfg.Listen)
 	if err != nil {
@@ -101,7 +122,7 @@ func (s *Server) Start() error {
 		s.ndAddr = nd.Addr()
 		s.acceptors = append(s.acceptors, newAcceptor(s, nd, protoNDJSON))
 	}
-	cli, err := gnet.NewClient(s,
+	cli, err := gnet.NewClient(&handler{s: s},
 		gnet.WithNumEventLoop(s.cfg.Loops),
 		gnet.WithTicker(true),
 		gnet.WithReadBufferCap(s.cfg.ReadBufferBytes),
@@ -155,7 +176,7 @@ func (s *Server) stopAccepting() {
 
 // TLSHandshakes reports the TLS handshakes running on the pool's workers
 // and those waiting in its queue (--handshake-pool, --handshake-queue).
-// Safe for concurrent use.
+// Concurrent.
 func (s *Server) TLSHandshakes() (running, queued int) {
 	if s.hs == nil {
 		return 0, 0
@@ -163,16 +184,18 @@ func (s *Server) TLSHandshakes() (running, queued int) {
 	return s.hs.queued()
 }
 
-// Addr is the address the WebSocket listener is bound to (useful with port 0).
+// Addr is the address the WebSocket listener is bound to (useful with port
+// 0). Immutable after Start.
 func (s *Server) Addr() net.Addr { return s.addr }
 
 // NDJSONAddr is the address of the NDJSON listener, or nil when it is off.
+// Immutable after Start.
 func (s *Server) NDJSONAddr() net.Addr { return s.ndAddr }
 
 // Done is closed once Close (or Shutdown) has stopped the acceptors and the
 // event loops. gnet's loops do not stop on their own: without listeners no
 // accept error reaches them, and Polling returns otherwise only if
-// epoll_wait fails.
+// epoll_wait fails. Immutable (the channel); concurrent.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
 // loopOf returns edge's state for a gnet event loop, creating it on first use.
@@ -204,8 +227,8 @@ func (s *Server) eventLoops() []*eventLoop {
 	return ls
 }
 
-// OnOpen implements gnet.EventHandler.
-func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+// onOpen is gnet's OnOpen (handler). Loop.
+func (s *Server) onOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := s.loopOf(c.EventLoop())
 	switch c.Context().(type) {
 	case probe, *wire:
@@ -259,8 +282,8 @@ func (s *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-// OnTraffic implements gnet.EventHandler.
-func (s *Server) OnTraffic(c gnet.Conn) gnet.Action {
+// onTraffic is gnet's OnTraffic (handler). Loop.
+func (s *Server) onTraffic(c gnet.Conn) gnet.Action {
 	w, ok := c.Context().(*conn)
 	if !ok {
 		if x, ok := c.Context().(*wire); ok {
@@ -300,8 +323,8 @@ func (s *Server) input(w *conn, buf []byte, now time.Time) {
 	w.l.flushDeferred()
 }
 
-// OnClose implements gnet.EventHandler.
-func (s *Server) OnClose(c gnet.Conn, err error) gnet.Action {
+// onClose is gnet's OnClose (handler). Loop.
+func (s *Server) onClose(c gnet.Conn, err error) gnet.Action {
 	if x, ok := c.Context().(*wire); ok {
 		x.closed(err)
 		c.SetContext(nil)
@@ -328,12 +351,12 @@ func (s *Server) wakeAcceptors(context.Context) error {
 	return nil
 }
 
-// OnTick implements gnet.EventHandler: it asks every loop to sweep its
+// onTick is gnet's OnTick (handler): it asks every loop to sweep its
 // connections for timeouts. It runs on gnet's ticker goroutine, not a loop.
 //
 // While any connection is paused for backpressure it ticks every 10 ms so that
 // a consumer that catches up is resumed promptly.
-func (s *Server) OnTick() (time.Duration, gnet.Action) {
+func (s *Server) onTick() (time.Duration, gnet.Action) {
 	now := time.Now()
 	full := !now.Before(s.nextFull)
 	if full {
@@ -361,7 +384,8 @@ const pausedTick = 10 * time.Millisecond
 // closed, so new connections are refused, new requests are answered
 // SERVER_SHUTTING_DOWN, in-flight work gets up to ShutdownTimeout to finish
 // and deliver its responses, then every WebSocket is closed with 1001 and the
-// engine stops.
+// engine stops. Concurrent (a second call, or Close, stops what the first
+// started); not on an event loop, as it waits for them.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopAccepting()
 	if s.rpc == nil {
@@ -396,7 +420,8 @@ closeAll:
 }
 
 // Close stops accepting and stops the event loops at once: every connection
-// is closed. Safe for concurrent use.
+// is closed. Concurrent; not on an event loop, as it waits for them to
+// stop.
 func (s *Server) Close(ctx context.Context) error {
 	s.stopAccepting()
 	s.stopOnce.Do(func() {

@@ -206,7 +206,8 @@ func (l *eventLoop) takeSnapshot() {
 // Stats returns the gateway's counters. It asks every event loop to copy
 // its own and waits up to timeout for them; a loop that does not answer in
 // time (busy for that long, or stopped) contributes its previous snapshot
-// and counts in Stats.Stale. Safe for concurrent use.
+// and counts in Stats.Stale. Concurrent; not on an event loop, as it
+// waits for them.
 func (s *Server) Stats(timeout time.Duration) Stats {
 	ls := s.eventLoops()
 	done := make(chan struct{}, len(ls))

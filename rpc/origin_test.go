@@ -3,7 +3,6 @@ package rpc
 import (
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -14,20 +13,16 @@ import (
 // counts for the session (CountingPoster), as the gateway's loops are.
 type loopPoster struct {
 	fakePoster
-	loops backend.Loops
+	loops any
 	i     int
 	ctr   *Counters
 }
 
-func (p *loopPoster) Home() (backend.Loops, int) { return p.loops, p.i }
-func (p *loopPoster) Counters() *Counters        { return p.ctr }
+func (p *loopPoster) Home() (any, int)    { return p.loops, p.i }
+func (p *loopPoster) Counters() *Counters { return p.ctr }
 
-// twoLoops is a backend.Loops of two loops that runs nothing.
-type twoLoops struct{}
-
-func (twoLoops) NumLoops() int                            { return 2 }
-func (twoLoops) Attach(int, net.Conn, backend.Wire) error { return net.ErrClosed }
-func (twoLoops) Run(int, func()) bool                     { return false }
+// twoLoops stands for a set of two loops (Origin.Loops).
+type twoLoops struct{ n int }
 
 // originForwarder records the origins of the calls it is given and
 // finishes them at once.
@@ -73,7 +68,7 @@ func TestForwardOrigin(t *testing.T) {
 	if len(f.got) != 2 {
 		t.Fatalf("forwarded %d calls, want 2", len(f.got))
 	}
-	if o := f.got[0]; o.Loops != backend.Loops(loops) || o.Loop != 1 || o.Admitted != 12345 {
+	if o := f.got[0]; o.Loops != any(loops) || o.Loop != 1 || o.Admitted != 12345 {
 		t.Fatalf("the call from loop 1 came with origin %+v, want loop 1 of its Loops admitted at 12345", o)
 	}
 	if o := f.got[1]; o.Loops != nil {

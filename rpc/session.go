@@ -64,7 +64,7 @@ type Session struct {
 	// loops and loop are the event loop post is, if it is one
 	// (backend.Homed), for the forwarders (backend.Origin). Immutable
 	// after NewSession.
-	loops backend.Loops
+	loops any
 	loop  int
 	// ctr is where the session counts its requests: the loop's Counters
 	// (CountingPoster), or its own. The pointer is immutable after

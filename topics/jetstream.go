@@ -158,14 +158,15 @@ func (t *Topics) replay(s *sub, it jetstream.MessagesContext) {
 
 // end ends s with err unless it has ended already.
 func (t *Topics) end(s *sub, err error) {
+	var one [1]subEnd
 	t.mu.Lock()
-	live := s.state != subEnded
-	if live {
-		t.endLocked(s, err)
+	ends := one[:0]
+	if s.state != subEnded {
+		ends = t.endLocked(ends, s, err)
 	}
 	t.mu.Unlock()
-	if live {
-		t.finish(s)
+	if len(ends) > 0 {
+		t.finish(ends...)
 	}
 }
 

@@ -23,7 +23,10 @@ import (
 //	replaying -> ended      cancelled, the consumer failed, NATS lost
 //
 // ended is final. Every change goes through sub.to, which checks it, and a
-// subscription ends only through Topics.endLocked.
+// subscription ends only through Topics.endLocked, which takes its call
+// out as it moves it to ended and returns it, finished by the caller once
+// Topics.mu is released (Topics.finish): the call is finished exactly
+// once, as a second end is a transition the table does not allow.
 type subState uint8
 
 const (
@@ -70,7 +73,7 @@ func (st subState) established() bool { return st == subLive || st == subReplayi
 // sub is one edge/topic subscription.
 type sub struct {
 	id uint64         // immutable
-	c  backend.Call   // immutable
+	c  backend.Call   // guarded by Topics.mu: nil once ended (endLocked takes it)
 	st backend.Stream // immutable
 	t  *topic         // immutable
 
@@ -78,7 +81,6 @@ type sub struct {
 	// slot is s's index in t.waiting (waiting) or t.fan.members (live).
 	// Guarded by Topics.mu.
 	slot int
-	err  error // guarded by Topics.mu: set by endLocked, what s finishes with
 	// expiry (replay) ends s UPSTREAM_TIMEOUT if it is still opening
 	// Timeout after it was asked for. Guarded by Topics.mu.
 	expiry *time.Timer
@@ -140,18 +142,28 @@ func unwaitLocked(s *sub) {
 	tp.waiting = tp.waiting[:last]
 }
 
+// subEnd is a subscription's call as endLocked took it, with what it
+// finishes with: the finish of the one end of a subscription.
+type subEnd struct {
+	c   backend.Call
+	err error
+}
+
 // endLocked is the one way a subscription ends: s leaves every table (the
 // subscriptions, its topic's waiting ones or fan-out, the topic's counts,
 // the topic itself once nothing refers to it), what NATS must be told is
 // queued (the topic's NATS subscription after its last live subscriber,
-// the replay's consumer), and err is recorded for finish. It visits s and
-// its topic only. The caller finishes s with finish once it has released
-// mu. Called with mu held.
-func (t *Topics) endLocked(s *sub, err error) {
+// the replay's consumer: the transport's cancel), and its call is taken
+// out, to finish with err: endLocked appends it to ends and returns them,
+// for the caller to pass to finish once it has released mu. It visits s
+// and its topic only. A second end of s panics (sub.to) before anything
+// changes. Called with mu held.
+func (t *Topics) endLocked(ends []subEnd, s *sub, err error) []subEnd {
 	t.visited++
 	prev := s.state
 	s.to(subEnded)
-	s.err = err
+	ends = append(ends, subEnd{c: s.c, err: err})
+	s.c = nil
 	delete(t.subs, s.id)
 	tp := s.t
 	tp.refs--
@@ -180,6 +192,7 @@ func (t *Topics) endLocked(s *sub, err error) {
 		tp.gone = true
 		delete(t.topics, tp.name)
 	}
+	return ends
 }
 
 // stop stops tm, if there is one.
@@ -199,51 +212,53 @@ func stop(tm *time.Timer) {
 // queued for new ones, leaves them to their own timer.
 func (t *Topics) expireWaiting(tp *topic, want uint64) {
 	t.mu.Lock()
-	var ended []*sub
+	var ends []subEnd
 	if !tp.ready && tp.want == want {
-		ended = t.endWaitingLocked(nil, tp, backend.ErrUpstreamTimeout)
+		ends = t.endWaitingLocked(nil, tp, backend.ErrUpstreamTimeout)
 	}
 	t.mu.Unlock()
-	if len(ended) > 0 {
-		t.finish(ended...)
+	if len(ends) > 0 {
+		t.finish(ends...)
 	}
 }
 
 // expireOpening ends s, a replay, UPSTREAM_TIMEOUT if its consumer is not
 // in place yet; its context is cancelled, which stops the writer's wait.
 func (t *Topics) expireOpening(s *sub) {
+	var one [1]subEnd
 	t.mu.Lock()
-	opening := s.state == subOpening
-	if opening {
-		t.endLocked(s, backend.ErrUpstreamTimeout)
+	ends := one[:0]
+	if s.state == subOpening {
+		ends = t.endLocked(ends, s, backend.ErrUpstreamTimeout)
 	}
 	t.mu.Unlock()
-	if opening {
-		t.finish(s)
+	if len(ends) > 0 {
+		t.finish(ends...)
 	}
 }
 
 // endWaitingLocked ends the waiting subscriptions of tp with err, from the
-// last (each removal then moves nothing), and returns ended with them.
+// last (each removal then moves nothing), and returns ends with theirs.
 // Called with mu held.
-func (t *Topics) endWaitingLocked(ended []*sub, tp *topic, err error) []*sub {
+func (t *Topics) endWaitingLocked(ends []subEnd, tp *topic, err error) []subEnd {
 	for i := len(tp.waiting) - 1; i >= 0; i-- {
-		s := tp.waiting[i]
-		t.endLocked(s, err)
-		ended = append(ended, s)
+		ends = t.endLocked(ends, tp.waiting[i], err)
 	}
-	return ended
+	return ends
 }
 
 // finish tells the writer about the operations endLocked queued and
-// finishes the ended subscriptions, each with its err. Called without mu,
-// once per subscription endLocked ended.
-func (t *Topics) finish(ended ...*sub) {
+// finishes the calls endLocked took, each with its err. Called without mu.
+func (t *Topics) finish(ends ...subEnd) {
 	t.signal()
-	for _, s := range ended {
-		s.c.Finish(nil, s.err)
+	for _, e := range ends {
+		e.c.Finish(nil, e.err)
 	}
 }
+
+// refuse ends call c, which no table took, with err: the one end of a
+// call refused at once (bad params, NATS down, the publish queue full).
+func refuse(c backend.Call, err error) { c.Finish(nil, err) }
 
 // lossErr is what s ends with when NATS (or its topic's messages) are lost:
 // UPSTREAM_LOST once established, UPSTREAM_UNAVAILABLE before.

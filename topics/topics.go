@@ -21,6 +21,24 @@
 // function, which visits it and its topic only (sub.go): a Cancel costs
 // the same whatever the number of subscriptions.
 //
+// A call's lifecycle follows upstream's call table (upstream/calltable.go)
+// without sharing its type: a subscription's state (subState) is checked
+// by a transition table, and Topics.endLocked is its one end: it leaves
+// the tables and counts (the in-flight of the topics: its topic's
+// references, live subscribers and established count), queues NATS's
+// cancel where the state calls for it (the topic's unsubscribe after its
+// last live subscriber, the replay's consumer stopped), and takes the
+// call out to be finished once mu is released, so that a second end
+// panics instead of finishing it again. A publish is answered by one
+// function, published (the queue's count and bytes given back there), a
+// call refused at once by refuse. The upstream table does not fit: its
+// entries are keyed by a wire id and wait, past their end, for a late
+// answer (expired, orphaned) in a deadline-ordered list, while here
+// nothing comes back per call: NATS answers per topic (one subscription
+// for all its subscribers), so a subscription's states are a topic's
+// (waiting for the topic's NATS subscription, a member of its fan-out)
+// and end with it; and no request metric is kept per topic call.
+//
 // Locks, in the order they may be taken (never the other way round):
 //
 //	Topics.mu -> fanout.mu     a join or leave of a topic's fan-out, by a
@@ -408,7 +426,7 @@ func (t *Topics) parse(c backend.Call) (params, error) {
 func (t *Topics) Forward(c backend.Call, _ backend.Origin) backend.Ticket {
 	p, err := t.parse(c)
 	if err != nil {
-		c.Finish(nil, err)
+		refuse(c, err)
 		return backend.Ticket{}
 	}
 	if c.Stream() == nil {
@@ -418,12 +436,12 @@ func (t *Topics) Forward(c backend.Call, _ backend.Origin) backend.Ticket {
 	s := &sub{c: c, st: c.Stream()}
 	if p.FromCursor != nil {
 		if !t.cfg.JetStream {
-			c.Finish(nil, invalid("Invalid params: fromCursor needs --jetstream (plain NATS topics keep no history)"))
+			refuse(c, invalid("Invalid params: fromCursor needs --jetstream (plain NATS topics keep no history)"))
 			return backend.Ticket{}
 		}
 		from, err := strconv.ParseUint(*p.FromCursor, 10, 64)
 		if err != nil {
-			c.Finish(nil, invalid("Invalid params: fromCursor is a cursor of an edge/topic event (a stream sequence number)"))
+			refuse(c, invalid("Invalid params: fromCursor is a cursor of an edge/topic event (a stream sequence number)"))
 			return backend.Ticket{}
 		}
 		s.from, s.replay = from, true
@@ -432,7 +450,7 @@ func (t *Topics) Forward(c backend.Call, _ backend.Origin) backend.Ticket {
 	t.mu.Lock()
 	if !t.up {
 		t.mu.Unlock()
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		refuse(c, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
 	t.nextID++
@@ -472,15 +490,16 @@ func (t *Topics) Forward(c backend.Call, _ backend.Origin) backend.Ticket {
 // gateway's side (cancelled, its connection closed, SLOW_CONSUMER). Runs on
 // a loop; O(1): it visits the subscription and its topic only.
 func (t *Topics) Cancel(id uint64) {
+	var one [1]subEnd
 	t.mu.Lock()
 	s := t.subs[id]
 	if s == nil {
 		t.mu.Unlock()
 		return
 	}
-	t.endLocked(s, nil)
+	ends := t.endLocked(one[:0], s, nil)
 	t.mu.Unlock()
-	t.finish(s)
+	t.finish(ends...)
 }
 
 // publish queues an edge/publish. Runs on a loop.
@@ -494,7 +513,7 @@ func (t *Topics) publish(c backend.Call, name string, data []byte) {
 	// once rather than each waiting out the timeout.
 	if !t.up || t.pubData+len(data) > publishQueueSize || t.cfg.JetStream && t.pubs >= maxPending || t.stall != "" && t.pubs > 0 {
 		t.mu.Unlock()
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		refuse(c, backend.ErrUpstreamUnavailable)
 		return
 	}
 	t.pubs++
@@ -551,16 +570,15 @@ func (t *Topics) fail() {
 			}
 		}
 	}
-	ended := make([]*sub, 0, len(t.subs))
+	ends := make([]subEnd, 0, len(t.subs))
 	for _, s := range t.subs {
-		t.endLocked(s, lossErr(s))
-		ended = append(ended, s)
+		ends = t.endLocked(ends, s, lossErr(s))
 	}
 	t.mu.Unlock()
 	for _, o := range pubs {
 		t.published(o, nats.ErrConnectionClosed)
 	}
-	t.finish(ended...)
+	t.finish(ends...)
 }
 
 // Start connects to NATS (nats.go keeps reconnecting) and starts the
@@ -638,24 +656,22 @@ func (t *Topics) lost(subject string) {
 	}
 	t.mu.Lock()
 	tp := t.topics[name]
-	var ended []*sub
+	var ends []subEnd
 	if tp != nil {
 		// One pass over the topic's live subscribers, from the end: each
 		// removal takes the last index, so nothing moves.
-		ended = make([]*sub, 0, tp.live)
+		ends = make([]subEnd, 0, tp.live)
 		for i := len(tp.waiting) - 1; i >= 0; i-- {
 			s := tp.waiting[i]
-			t.endLocked(s, lossErr(s))
-			ended = append(ended, s)
+			ends = t.endLocked(ends, s, lossErr(s))
 		}
 		for i := len(tp.fan.members) - 1; i >= 0; i-- {
 			s := tp.fan.members[i]
-			t.endLocked(s, lossErr(s))
-			ended = append(ended, s)
+			ends = t.endLocked(ends, s, lossErr(s))
 		}
 	}
 	t.mu.Unlock()
-	t.finish(ended...)
+	t.finish(ends...)
 }
 
 // Close stops the writer and closes the NATS connection; every

@@ -167,7 +167,7 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 		}
 		t.published(o, err)
 	}
-	var ended []*sub
+	var ends []subEnd
 	t.mu.Lock()
 	for _, o := range subscribed {
 		tp := o.t
@@ -176,7 +176,7 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 		}
 		if err != nil {
 			// NATS may not have the subscription: nothing is promised.
-			ended = t.endWaitingLocked(ended, tp, backend.ErrUpstreamUnavailable)
+			ends = t.endWaitingLocked(ends, tp, backend.ErrUpstreamUnavailable)
 			continue
 		}
 		stop(tp.expiry)
@@ -188,8 +188,8 @@ func (t *Topics) apply(log *slog.Logger, ops []op) {
 		tp.waiting = tp.waiting[:0]
 	}
 	t.mu.Unlock()
-	if len(ended) > 0 {
-		t.finish(ended...)
+	if len(ends) > 0 {
+		t.finish(ends...)
 	}
 }
 
@@ -218,9 +218,9 @@ func (t *Topics) subscribe(log *slog.Logger, tp *topic, want uint64) bool {
 	}
 	log.Warn("nats topics: subscribe failed", "topic", tp.name, "err", err)
 	t.mu.Lock()
-	ended := t.endWaitingLocked(nil, tp, backend.ErrUpstreamUnavailable)
+	ends := t.endWaitingLocked(nil, tp, backend.ErrUpstreamUnavailable)
 	t.mu.Unlock()
-	t.finish(ended...)
+	t.finish(ends...)
 	return false
 }
 

@@ -257,6 +257,52 @@ func (t *callTable) unworker(e *entry) {
 	}
 }
 
+// outcomeOf is the request metric's outcome of a call that leaves the
+// states in flight from state from, for cause why, with err: cancelled
+// when the gateway had dropped it, ok or error for an answer, timeout,
+// else unavailable.
+func outcomeOf(from callState, why cause, err error) outcome {
+	switch {
+	case from == callDropped:
+		return outcomeCancelled
+	case why == byAnswer && err == nil:
+		return outcomeOK
+	case why == byAnswer:
+		return outcomeError
+	case why == byTimeout:
+		return outcomeTimeout
+	}
+	return outcomeUnavailable
+}
+
+// notCounted is refuse's outcome for a call that is not counted in the
+// request metric (a method no NATS subject can carry).
+const notCounted = numOutcomes
+
+// refuse ends call c, which no table took (nothing was sent): its
+// outcome o counted (unless notCounted), and the call finished with err.
+// reservedOn is the link that counted c in flight before it had an entry
+// (forwardFrom), which is taken back, or nil. It is the one end of a call
+// that never became an entry, as moveLocked is of those that did.
+func (u *Upstream) refuse(c backend.Call, reservedOn *link, o outcome, err error) {
+	if reservedOn != nil {
+		reservedOn.inflight.Add(-1)
+	}
+	if o != notCounted {
+		u.counters.ended(o, 0, 0)
+	}
+	c.Finish(nil, err)
+}
+
+// reserved is l if counted (forwardFrom counted the call in flight on l),
+// else nil.
+func reserved(l *link, counted bool) *link {
+	if counted {
+		return l
+	}
+	return nil
+}
+
 // finish is a call's Finish, applied by whoever moved its entry once the
 // link's mu is released (Finish posts to the call's loop).
 type finish struct {
@@ -307,18 +353,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		if now == 0 {
 			now = l.clock()
 		}
-		o := outcomeUnavailable
-		switch {
-		case from == callDropped:
-			o = outcomeCancelled
-		case why == byAnswer && err == nil:
-			o = outcomeOK
-		case why == byAnswer:
-			o = outcomeError
-		case why == byTimeout:
-			o = outcomeTimeout
-		}
-		l.up.counters.ended(o, e.sent, now)
+		l.up.counters.ended(outcomeOf(from, why, err), e.sent, now)
 	}
 	var f finish
 	if from.holdsCall() && !to.holdsCall() {

@@ -18,7 +18,6 @@ import (
 	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 
-	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/codec"
 )
 
@@ -192,9 +191,9 @@ func sweepEvery(timeout time.Duration) time.Duration {
 	return min(max(timeout/10, 5*time.Millisecond), time.Second)
 }
 
-// The link as a backend.Wire: its loop calls these.
+// The link as a Wire: its loop calls these.
 
-var _ backend.Wire = (*link)(nil)
+var _ Wire = (*link)(nil)
 
 // reading is the state of a byte-stream link's reader between turns.
 type reading struct {
@@ -208,15 +207,15 @@ type reading struct {
 	skip    int64
 }
 
-// Open implements backend.Wire: the link takes calls.
-func (l *link) Open(c backend.WireConn) {
+// Open implements Wire: the link takes calls.
+func (l *link) Open(c WireConn) {
 	l.wc = c
 	l.rd = reading{}
 	l.open()
 	l.opens.Add(1)
 }
 
-// Closed implements backend.Wire: everything on the link is settled
+// Closed implements Wire: everything on the link is settled
 // (fail) and the supervisor reconnects.
 func (l *link) Closed(error) {
 	l.fail()
@@ -228,7 +227,7 @@ func (l *link) Closed(error) {
 	}
 }
 
-// Output implements backend.Wire. The loop writes the buffer before the
+// Output implements Wire. The loop writes the buffer before the
 // link appends to it again.
 func (l *link) Output() []byte {
 	l.mu.Lock()
@@ -241,7 +240,7 @@ func (l *link) Output() []byte {
 	return out
 }
 
-// Traffic implements backend.Wire. The answers it applies are timed with
+// Traffic implements Wire. The answers it applies are timed with
 // one clock reading for all of them.
 func (l *link) Traffic(in []byte) (int, error) {
 	l.now = nowNanos()

@@ -134,7 +134,7 @@ func TestWholeFrames(t *testing.T) {
 	}
 }
 
-// recConn is a backend.WireConn that records what the link asks of it.
+// recConn is a WireConn that records what the link asks of it.
 type recConn struct {
 	dirty  int
 	writes [][]byte
@@ -230,7 +230,7 @@ type silentLoops struct {
 	attaches atomic.Int32
 }
 
-func (s *silentLoops) Attach(i int, c net.Conn, w backend.Wire) error {
+func (s *silentLoops) Attach(i int, c net.Conn, w Wire) error {
 	if s.attaches.Add(1) == 1 {
 		c.Close()
 		return nil

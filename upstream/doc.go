@@ -6,7 +6,7 @@
 // An Upstream is a backend.Forwarder. Forward runs on an event loop and never
 // waits for I/O: it appends the request to a connection's output buffer and
 // returns. The exec, tcp and ws connections live on the gateway's event
-// loops (backend.Loops, see link): a call from a session goes to a
+// loops (Loops, see link): a call from a session goes to a
 // connection its own loop owns when one is up, so the request is written in
 // the loop's flush and the answer is read, parsed and completed on that loop,
 // with no goroutine and no lock hand-off in between; a call from another loop
@@ -22,7 +22,13 @@
 // applies what the transition calls for: the transport's cancel or
 // subscription/cancel, the in-flight count of the replica choice, the
 // request metric, and the call's one Finish. A call over HTTP is one
-// request and its goroutine (http.go).
+// entry of its replica's table (http.go), in the states of callState an
+// HTTP call takes (sent, dropped, ended), and one request and its
+// goroutine; httpReplica.moveLocked is its one transition, with the same
+// side effects (the request aborted, its slot given back, the metric, the
+// one Finish). A call no table takes (no connection up, every http replica
+// at its bound, a backlog over Config.MaxPendingBytes) ends through
+// Upstream.refuse.
 //
 // # Lock order
 //

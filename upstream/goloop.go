@@ -3,8 +3,6 @@ package upstream
 import (
 	"net"
 	"sync"
-
-	"github.com/openengine/edge/backend"
 )
 
 // goLoop is the event loop of an upstream started without the gateway's
@@ -12,7 +10,7 @@ import (
 // links would run on a gateway loop, in order, and each connection has a
 // reader goroutine, which hands what it reads to the loop, and a writer
 // goroutine, which writes what the loop queued. It implements
-// backend.Loops with one loop.
+// Loops with one loop.
 type goLoop struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -29,10 +27,10 @@ func newGoLoop() *goLoop {
 	return g
 }
 
-// NumLoops implements backend.Loops.
+// NumLoops implements Loops.
 func (g *goLoop) NumLoops() int { return 1 }
 
-// Run implements backend.Loops.
+// Run implements Loops.
 func (g *goLoop) Run(_ int, f func()) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -88,8 +86,8 @@ func (g *goLoop) stop() {
 	<-g.done
 }
 
-// Attach implements backend.Loops.
-func (g *goLoop) Attach(_ int, c net.Conn, w backend.Wire) error {
+// Attach implements Loops.
+func (g *goLoop) Attach(_ int, c net.Conn, w Wire) error {
 	gc := &goConn{g: g, c: c, w: w, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	if !g.wait(func() { w.Open(gc) }) {
 		c.Close()
@@ -100,11 +98,11 @@ func (g *goLoop) Attach(_ int, c net.Conn, w backend.Wire) error {
 	return nil
 }
 
-// goConn is a connection of a goLoop: the backend.WireConn of its Wire.
+// goConn is a connection of a goLoop: the WireConn of its Wire.
 type goConn struct {
 	g *goLoop
 	c net.Conn
-	w backend.Wire
+	w Wire
 
 	dirty bool // loop-owned
 	// closed is set on the loop once Closed has been called.
@@ -179,7 +177,7 @@ func (gc *goConn) flush() {
 	gc.Write(gc.w.Output())
 }
 
-// Dirty implements backend.WireConn.
+// Dirty implements WireConn.
 func (gc *goConn) Dirty() {
 	if !gc.dirty {
 		gc.dirty = true
@@ -187,14 +185,14 @@ func (gc *goConn) Dirty() {
 	}
 }
 
-// Buffered implements backend.WireConn.
+// Buffered implements WireConn.
 func (gc *goConn) Buffered() int {
 	gc.mu.Lock()
 	defer gc.mu.Unlock()
 	return len(gc.out)
 }
 
-// Write implements backend.WireConn.
+// Write implements WireConn.
 func (gc *goConn) Write(p []byte) {
 	if len(p) == 0 {
 		return
@@ -208,7 +206,7 @@ func (gc *goConn) Write(p []byte) {
 	}
 }
 
-// CloseWrite implements backend.WireConn: once what is queued is written.
+// CloseWrite implements WireConn: once what is queued is written.
 func (gc *goConn) CloseWrite() {
 	gc.mu.Lock()
 	defer gc.mu.Unlock()
@@ -221,5 +219,5 @@ func (gc *goConn) CloseWrite() {
 	_ = gc.c.Close()
 }
 
-// Close implements backend.WireConn.
+// Close implements WireConn.
 func (gc *goConn) Close() { _ = gc.c.Close() }

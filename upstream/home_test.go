@@ -9,18 +9,18 @@ import (
 	"github.com/openengine/edge/backend"
 )
 
-// countLoops is a backend.Loops whose Run runs f at once and counts it.
+// countLoops is a Loops whose Run runs f at once and counts it.
 type countLoops struct{ runs int }
 
-func (c *countLoops) NumLoops() int                            { return 2 }
-func (c *countLoops) Attach(int, net.Conn, backend.Wire) error { return net.ErrClosed }
-func (c *countLoops) Run(_ int, f func()) bool                 { c.runs++; f(); return true }
+func (c *countLoops) NumLoops() int                    { return 2 }
+func (c *countLoops) Attach(int, net.Conn, Wire) error { return net.ErrClosed }
+func (c *countLoops) Run(_ int, f func()) bool         { c.runs++; f(); return true }
 
 // at is the origin of a call made on loop i of c.
 func (c *countLoops) at(i int) backend.Origin { return backend.Origin{Loops: c, Loop: i} }
 
 // placeLinks puts link k on loop k, as StartOn does, and opens them.
-func placeLinks(u *Upstream, loops backend.Loops, links ...*link) {
+func placeLinks(u *Upstream, loops Loops, links ...*link) {
 	p := &placement{loops: loops, byHome: make([][]*link, loops.NumLoops())}
 	for k, l := range links {
 		l.home, l.loops = k%len(p.byHome), loops

@@ -3,9 +3,9 @@ package upstream
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +21,14 @@ import (
 // transport adds a read and a write loop per connection), and a cancel
 // aborts it. A replica whose requests fail at the transport is skipped for
 // a back-off.
+//
+// A call from forward to its end is one entry of the replica's table
+// (pending), in a state of callState, as on a link, and changes state only
+// through moveLocked: sent -> dropped (Cancel: the request is aborted),
+// sent or dropped -> ended (its goroutine, once the response is read and
+// closed, or the request failed). Leaving the states in flight gives the
+// request slot back and counts the outcome; the call is finished once, on
+// the transition out of the states that hold it.
 //
 // Everything a replica holds is bounded: at most Config.HTTPConns
 // requests are in flight on it, calls and notifications alike, and so at
@@ -46,15 +54,20 @@ type httpReplica struct {
 	base  context.Context
 	abort context.CancelFunc
 
-	calls sync.WaitGroup // the requests' goroutines
+	running sync.WaitGroup // the requests' goroutines
+
+	// hookAnswered, set by tests before the first call, is called by a
+	// call's goroutine once the response is read and closed, before the
+	// call ends.
+	hookAnswered func(id uint64)
 
 	mu      sync.Mutex
-	nextID  uint64                        // guarded by mu
-	cancels map[uint64]context.CancelFunc // guarded by mu: calls in flight
-	fails   int                           // guarded by mu: transport failures in a row
-	downTil time.Time                     // guarded by mu: skipped until then
-	wasDown bool                          // guarded by mu: the last state logged was down
-	garbage burst                         // guarded by mu: answers dropped
+	nextID  uint64               // guarded by mu
+	pending map[uint64]*httpCall // guarded by mu: the calls forwarded and not ended
+	fails   int                  // guarded by mu: transport failures in a row
+	downTil time.Time            // guarded by mu: skipped until then
+	wasDown bool                 // guarded by mu: the last state logged was down
+	garbage burst                // guarded by mu: answers dropped
 }
 
 func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
@@ -81,8 +94,67 @@ func newHTTPReplica(u *Upstream, r Replica) *httpReplica {
 		max:     int64(n),
 		base:    base,
 		abort:   abort,
-		cancels: make(map[uint64]context.CancelFunc),
+		pending: make(map[uint64]*httpCall),
 	}
+}
+
+// httpCall is one call of an http replica's table. Guarded by
+// httpReplica.mu.
+type httpCall struct {
+	state callState          // callSent, callDropped or callEnded
+	c     backend.Call       // nil once finished
+	abort context.CancelFunc // the request's context
+	sent  int64              // unix nanoseconds: when it was forwarded (the metric's start)
+}
+
+// httpCanGo reports whether an http call may go from -> to: the subset of
+// callState's table an http call takes (no subscriptions, and a call that
+// times out is aborted and ends then, as HTTP has no late answer to wait
+// for).
+func httpCanGo(from, to callState) bool {
+	return from.canGo(to) && (from == callSent || from == callDropped) && (to == callDropped || to == callEnded)
+}
+
+// moveLocked moves call id, e, to state to for cause why, with what the
+// transition calls for: the request aborted (dropped, ended), the request
+// slot given back and the outcome counted when it leaves the states in
+// flight (sent, dropped: the slot is held until the response is read and
+// closed, so that slots bound connections), removal from pending, and the
+// call's one Finish (result or err; a dropped call's is
+// UPSTREAM_UNAVAILABLE, not delivered), returned for the caller to apply
+// once mu is released. An illegal transition panics. Called with mu held.
+func (h *httpReplica) moveLocked(id uint64, e *httpCall, to callState, why cause, result []byte, err error) finish {
+	from := e.state
+	if !httpCanGo(from, to) {
+		panic("upstream: http call " + strconv.FormatUint(id, 10) + ": illegal transition " + from.String() + " -> " + to.String())
+	}
+	e.abort() // dropped: the transport's cancel; ended: frees the context
+	var f finish
+	if from.inFlight() && !to.inFlight() {
+		h.release()
+		h.u.counters.ended(outcomeOf(from, why, err), e.sent, nowNanos())
+	}
+	if from.holdsCall() && !to.holdsCall() {
+		if from == callDropped {
+			result, err = nil, backend.ErrUpstreamUnavailable // not delivered: cancelled
+		}
+		f = finish{c: e.c, result: result, err: err}
+		e.c = nil
+	}
+	if to == callEnded {
+		delete(h.pending, id)
+	}
+	e.state = to
+	return f
+}
+
+// end ends call id, e, for cause why with result or err, and finishes it.
+// Called without mu, by the call's goroutine.
+func (h *httpReplica) end(id uint64, e *httpCall, why cause, result []byte, err error) {
+	h.mu.Lock()
+	f := h.moveLocked(id, e, callEnded, why, result, err)
+	h.mu.Unlock()
+	f.do()
 }
 
 // acquire takes a request slot, false when all Config.HTTPConns are in
@@ -122,12 +194,10 @@ func (u *Upstream) forwardHTTP(c backend.Call) backend.Ticket {
 	case h != nil:
 		return h.forward(c)
 	case busy:
-		u.counters.ended(outcomeBusy, 0, 0)
 		u.busyNow(false)
-		c.Finish(nil, backend.ErrServerBusy)
+		u.refuse(c, nil, outcomeBusy, backend.ErrServerBusy)
 	default:
-		u.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		u.refuse(c, nil, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 	}
 	return backend.Ticket{}
 }
@@ -203,26 +273,30 @@ func (u *Upstream) busyNow(note bool) {
 
 // forward sends call c on a slot acquire took.
 func (h *httpReplica) forward(c backend.Call) backend.Ticket {
-	ctx, cancel := context.WithTimeout(h.base, h.u.cfg.Timeout)
+	ctx, abort := context.WithTimeout(h.base, h.u.cfg.Timeout)
+	e := &httpCall{state: callSent, c: c, abort: abort, sent: nowNanos()}
 	h.mu.Lock()
 	h.nextID++
 	id := h.nextID
-	h.cancels[id] = cancel
+	h.pending[id] = e
 	h.mu.Unlock()
 	body := codec.AppendRequest(nil, id, c.Method(), c.Params())
-	h.calls.Add(1)
-	go h.do(ctx, id, body, c)
+	h.running.Add(1)
+	go h.do(ctx, id, e, body)
 	return backend.NewTicket(h, id)
 }
 
-// Cancel implements backend.Canceller: the HTTP request is aborted.
+// Cancel implements backend.Canceller: the call is dropped and its
+// request aborted; its goroutine ends it (UPSTREAM_UNAVAILABLE, counted
+// cancelled) once the request has returned. Concurrent.
 func (h *httpReplica) Cancel(id uint64) {
+	var f finish
 	h.mu.Lock()
-	cancel := h.cancels[id]
-	h.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if e := h.pending[id]; e != nil && e.state == callSent {
+		f = h.moveLocked(id, e, callDropped, byGateway, nil, nil)
 	}
+	h.mu.Unlock()
+	f.do()
 }
 
 // Why an http answer was dropped, besides handle.go's reasons.
@@ -231,26 +305,27 @@ const (
 	dropLongHead = "response head over the size limit"
 )
 
-func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.Call) {
-	defer h.calls.Done()
-	defer h.release() // last: after the response is closed
-	start := nowNanos()
-	c = countedCall{Call: c, u: h.u, ctx: ctx, start: start}
-	defer func() {
-		h.mu.Lock()
-		cancel := h.cancels[id]
-		delete(h.cancels, id)
-		h.mu.Unlock()
-		cancel()
-	}()
+// do sends call id, e, and ends it with what came back.
+func (h *httpReplica) do(ctx context.Context, id uint64, e *httpCall, body []byte) {
+	defer h.running.Done()
+	why, result, err := h.post(ctx, body, id)
+	if h.hookAnswered != nil {
+		h.hookAnswered(id)
+	}
+	h.end(id, e, why, result, err)
+}
+
+// post sends body, call id's request, and returns how the call ends: the
+// upstream's answer (byAnswer), a failure (byDown), or a timeout, once the
+// response is read and closed.
+func (h *httpReplica) post(ctx context.Context, body []byte, id uint64) (cause, []byte, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	res, err := h.client.Do(req)
 	if err != nil {
 		switch {
 		case ctx.Err() == context.DeadlineExceeded:
-			c.Finish(nil, backend.ErrUpstreamTimeout)
-			return
+			return byTimeout, nil, backend.ErrUpstreamTimeout
 		case ctx.Err() != nil: // cancelled, or Close
 		case headTooLong(err):
 			// The upstream answered, too much: not a transport failure.
@@ -258,8 +333,7 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 		default:
 			h.failed(err)
 		}
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
-		return
+		return byDown, nil, backend.ErrUpstreamUnavailable
 	}
 	defer res.Body.Close()
 	if res.StatusCode >= 300 && res.StatusCode < 400 {
@@ -267,41 +341,35 @@ func (h *httpReplica) do(ctx context.Context, id uint64, body []byte, c backend.
 		// (307, 308) or turned into a GET (301-303) is not the call the
 		// client made. The --upstream URL wants fixing.
 		h.drop(dropRedirect, res.StatusCode, res.Header.Get("Location"))
-		c.Finish(nil, errUpstreamProtocol)
-		return
+		return byAnswer, nil, errUpstreamProtocol
 	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, int64(h.u.cfg.MaxMessageBytes)+1))
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
-			c.Finish(nil, backend.ErrUpstreamTimeout)
-			return
+			return byTimeout, nil, backend.ErrUpstreamTimeout
 		}
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
-		return
+		return byDown, nil, backend.ErrUpstreamUnavailable
 	}
 	h.ok()
 	if len(data) > h.u.cfg.MaxMessageBytes {
 		h.drop(dropTooLong, res.StatusCode, "")
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
-		return
+		return byDown, nil, backend.ErrUpstreamUnavailable
 	}
 	msg, ok := codec.ParseMessage(data)
 	idTok, result, errObj := msg.ID, msg.Result, msg.Error
 	got, idOK := codec.ParseUint(idTok)
 	if !ok || !idOK || got != id || (result == nil) == (errObj == nil) {
 		h.drop(dropBadJSON, res.StatusCode, "")
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
-		return
+		return byDown, nil, backend.ErrUpstreamUnavailable
 	}
 	if errObj != nil {
 		err := answerError(errObj)
 		if err == errUpstreamProtocol {
 			h.drop(dropBadError, res.StatusCode, "")
 		}
-		c.Finish(nil, err)
-		return
+		return byAnswer, nil, err
 	}
-	c.Finish(result, nil)
+	return byAnswer, result, nil
 }
 
 // headTooLong reports whether err is net/http's for a response head over
@@ -362,9 +430,9 @@ func (h *httpReplica) ok() {
 // carries nothing.
 func (h *httpReplica) notify(method string, params []byte) {
 	body := codec.AppendNotification(nil, method, params)
-	h.calls.Add(1)
+	h.running.Add(1)
 	go func() {
-		defer h.calls.Done()
+		defer h.running.Done()
 		defer h.release() // last: after the response is closed
 		ctx, cancel := context.WithTimeout(h.base, h.u.cfg.Timeout)
 		defer cancel()
@@ -380,30 +448,3 @@ func (h *httpReplica) notify(method string, params []byte) {
 // abortAll aborts every request in flight (Upstream.Close): each call is
 // answered UPSTREAM_UNAVAILABLE.
 func (h *httpReplica) abortAll() { h.abort() }
-
-// countedCall counts an HTTP call where it finishes, by its error.
-type countedCall struct {
-	backend.Call
-	u     *Upstream
-	ctx   context.Context
-	start int64
-}
-
-func (c countedCall) Finish(result []byte, err error) {
-	var o outcome
-	var raw *backend.RawError
-	switch {
-	case err == nil:
-		o = outcomeOK
-	case errors.Is(c.ctx.Err(), context.Canceled):
-		o = outcomeCancelled
-	case err == backend.ErrUpstreamTimeout:
-		o = outcomeTimeout
-	case errors.As(err, &raw), err == errUpstreamProtocol:
-		o = outcomeError
-	default:
-		o = outcomeUnavailable
-	}
-	c.u.counters.ended(o, c.start, nowNanos())
-	c.Call.Finish(result, err)
-}

@@ -327,3 +327,113 @@ func TestHTTPBoundPerReplica(t *testing.T) {
 		return a.err == nil, fmt.Sprintf("%q %v", a.result, a.err)
 	})
 }
+
+// onceCall is a unary backend.Call finished on any goroutine: a second
+// Finish panics (the table's exactly-once, checked where it is broken).
+type onceCall struct {
+	done     chan answerOf
+	finished atomic.Int32
+}
+
+func (c *onceCall) Method() string         { return "m" }
+func (c *onceCall) Params() []byte         { return []byte(`[]`) }
+func (c *onceCall) Stream() backend.Stream { return nil }
+func (c *onceCall) Finish(result []byte, err error) {
+	if c.finished.Add(1) > 1 {
+		panic("upstream: http call finished twice")
+	}
+	c.done <- answerOf{string(result), err}
+}
+
+// TestHTTPCallTransitions: an http call's moveLocked allows exactly sent
+// -> dropped, sent -> ended and dropped -> ended (callState's table less
+// what only links take: subscriptions, expired calls awaiting a late
+// answer) and panics on every other pair, naming both states, with the
+// entry left as it was.
+func TestHTTPCallTransitions(t *testing.T) {
+	legal := map[[2]callState]bool{
+		{callSent, callDropped}:  true,
+		{callSent, callEnded}:    true,
+		{callDropped, callEnded}: true,
+	}
+	for _, from := range allCallStates {
+		for _, to := range allCallStates {
+			t.Run(from.String()+"->"+to.String(), func(t *testing.T) {
+				u := testUpstream(nil, Config{})
+				h := newHTTPReplica(u, Replica{URL: "http://127.0.0.1:1/"})
+				h.active.Store(1)
+				c := &recCall{method: "m"}
+				aborted := false
+				e := &httpCall{state: from, c: c, abort: func() { aborted = true }, sent: 1}
+				h.pending[7] = e
+				var got any
+				h.mu.Lock()
+				func() {
+					defer func() { got = recover() }()
+					h.moveLocked(7, e, to, byAnswer, nil, nil).do()
+				}()
+				h.mu.Unlock()
+				ok := legal[[2]callState{from, to}]
+				switch {
+				case ok && got != nil:
+					t.Fatalf("legal transition panicked: %v", got)
+				case !ok && got == nil:
+					t.Fatalf("illegal transition %s -> %s allowed", from, to)
+				case !ok && !strings.Contains(fmt.Sprint(got), from.String()+" -> "+to.String()):
+					t.Fatalf("panic %q does not name the transition", got)
+				case !ok && (e.state != from || h.pending[7] != e || aborted || len(c.errs) != 0):
+					t.Fatalf("illegal transition changed the entry: state %s, in table %v, aborted %v, finished %d",
+						e.state, h.pending[7] == e, aborted, len(c.errs))
+				case ok && !aborted:
+					t.Fatalf("%s -> %s did not abort the request", from, to)
+				case ok && to == callEnded && (h.pending[7] != nil || h.active.Load() != 0 || len(c.errs) != 1):
+					t.Fatalf("%s -> ended: in table %v, slots %d, finished %d; want gone, 0, 1",
+						from, h.pending[7] != nil, h.active.Load(), len(c.errs))
+				}
+			})
+		}
+	}
+}
+
+// TestHTTPCancelRacingAnswer: the gateway cancels an http call after its
+// answer was read but before its goroutine ended it (held there by
+// hookAnswered). The call is finished once, UPSTREAM_UNAVAILABLE (dropped:
+// the answer is not delivered), counted once as cancelled, and its slot
+// and table entry are given back. A Cancel that finished the call itself,
+// or an end that did not see the drop, would finish it twice (onceCall
+// panics) or deliver the answer as ok.
+func TestHTTPCancelRacingAnswer(t *testing.T) {
+	url := serveHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		id, _ := request(r)
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+id+`,"result":"late"}`)
+	})
+	u := startUpstream(t, nil, Config{HTTPConns: 2}, url)
+	h := u.http[0]
+	answered, resume := make(chan uint64), make(chan struct{})
+	h.hookAnswered = func(id uint64) {
+		answered <- id
+		<-resume
+	}
+	c := &onceCall{done: make(chan answerOf, 2)}
+	tk := u.Forward(c, backend.Origin{})
+	<-answered // the response is read and closed; the call not ended yet
+	tk.Cancel()
+	tk.Cancel() // a second cancel finds it dropped: nothing
+	close(resume)
+	a := <-c.done
+	if a.err != backend.ErrUpstreamUnavailable || a.result != "" {
+		t.Fatalf("finished %q %v, want UPSTREAM_UNAVAILABLE", a.result, a.err)
+	}
+	h.running.Wait()
+	tk.Cancel() // after its end: nothing
+	st := u.Stats()
+	if st.Outcomes[outcomeCancelled] != 1 || st.Outcomes[outcomeOK] != 0 {
+		t.Fatalf("outcomes %v, want one cancelled", st.Outcomes)
+	}
+	h.mu.Lock()
+	n := len(h.pending)
+	h.mu.Unlock()
+	if n != 0 || h.active.Load() != 0 || c.finished.Load() != 1 {
+		t.Fatalf("%d entries, %d slots taken, %d finishes after the end; want 0, 0, 1", n, h.active.Load(), c.finished.Load())
+	}
+}

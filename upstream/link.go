@@ -13,7 +13,7 @@ import (
 // exec child's socket, or a NATS connection) and the calls in flight on it.
 //
 // A byte-stream link (exec, tcp, ws) lives on one of the gateway's event
-// loops (backend.Loops; its home): the loop reads its socket and hands the
+// loops (Loops; its home): the loop reads its socket and hands the
 // bytes to Traffic, which applies them (handle.go), and writes its Output at
 // the end of every turn. Forward and Cancel of calls from sessions on that
 // loop append to the output buffer on the loop; calls from other loops get
@@ -40,7 +40,7 @@ type link struct {
 	// Loops. Set by Upstream.StartOn before the link connects; immutable
 	// after.
 	home  int
-	loops backend.Loops
+	loops Loops
 	// nextID is the last upstream request id: taken on the loop, or by a
 	// call from another loop before it is posted to this one.
 	nextID atomic.Uint64
@@ -71,7 +71,7 @@ type link struct {
 	// The byte-stream side, loop-owned (conn.go): the loop's side of the
 	// connection while connected, the reading state, and where Closed
 	// tells the supervisor.
-	wc   backend.WireConn
+	wc   WireConn
 	rd   reading
 	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
 	gone chan struct{} // cap 1: the loop closed the connection
@@ -130,9 +130,7 @@ func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
 	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted) }) {
-		l.inflight.Add(-1)
-		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		l.up.refuse(c, l, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(remote{l}, id)
@@ -160,21 +158,14 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
-		if counted {
-			l.inflight.Add(-1)
-		}
-		c.Finish(nil, backend.ErrUnknownMethod)
+		l.up.refuse(c, reserved(l, counted), notCounted, backend.ErrUnknownMethod)
 		return false
 	}
 	l.mu.Lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
 		l.mu.Unlock()
-		if counted {
-			l.inflight.Add(-1)
-		}
-		l.up.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-		c.Finish(nil, backend.ErrUpstreamUnavailable)
+		l.up.refuse(c, reserved(l, counted), outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return false
 	}
 	switch {

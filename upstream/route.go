@@ -142,7 +142,7 @@ func (s *Set) Start() {
 
 // StartOn starts every upstream with its exec, tcp and ws connections on
 // the gateway's event loops (Upstream.StartOn). Once.
-func (s *Set) StartOn(loops backend.Loops) {
+func (s *Set) StartOn(loops Loops) {
 	for _, u := range s.ups {
 		u.StartOn(loops)
 	}

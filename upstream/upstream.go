@@ -324,7 +324,7 @@ func (u *Upstream) Late() int64 { return u.late.Load() }
 // placement is where an upstream's byte-stream links live: the Loops, and
 // the links each loop owns. Immutable.
 type placement struct {
-	loops  backend.Loops
+	loops  Loops
 	byHome [][]*link
 }
 
@@ -353,7 +353,7 @@ func (u *Upstream) Start() {
 // loop k mod loops.NumLoops(), so with --upstream-conns at least the number
 // of loops every loop owns a connection to every tcp and ws replica. Once,
 // instead of Start; Forward may run before it (UPSTREAM_UNAVAILABLE).
-func (u *Upstream) StartOn(loops backend.Loops) {
+func (u *Upstream) StartOn(loops Loops) {
 	p := &placement{loops: loops}
 	if loops != nil {
 		p.byHome = make([][]*link, loops.NumLoops())
@@ -422,7 +422,7 @@ func (u *Upstream) Close() {
 		u.own.stop()
 	}
 	for _, h := range u.http {
-		h.calls.Wait()
+		h.running.Wait()
 	}
 }
 
@@ -444,8 +444,7 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	if c.Stream() == nil && len(u.http) > 0 {
 		return u.forwardHTTP(c)
 	}
-	u.counters.ended(outcomeUnavailable, 0, 0) // a failure path
-	c.Finish(nil, backend.ErrUpstreamUnavailable)
+	u.refuse(c, nil, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 	return backend.Ticket{}
 }
 

@@ -1,8 +1,8 @@
-package backend
+package upstream
 
 import "net"
 
-// This file is how a Forwarder's byte-stream connections (an upstream's
+// This file is how an Upstream's byte-stream connections (an upstream's
 // NDJSON and WebSocket connections, an exec child's socket) run on the
 // gateway's event loops instead of goroutines of their own: the loop reads
 // the socket and hands the bytes to the forwarder's Wire, and writes what
@@ -59,11 +59,4 @@ type WireConn interface {
 	CloseWrite()
 	// Close closes the connection; Closed follows.
 	Close()
-}
-
-// Homed is implemented by a session's poster that is an event loop of some
-// Loops: Home returns those Loops and the loop's number. The session reads
-// it once and passes it with every call it forwards (Origin).
-type Homed interface {
-	Home() (Loops, int)
 }
