@@ -22,7 +22,9 @@
 // applies what the transition calls for: the transport's cancel or
 // subscription/cancel, the in-flight count of the replica choice, the
 // request metric, and the call's one Finish. A call over HTTP is one
-// request and its goroutine (http.go).
+// request and its goroutine (http.go). A plain JSON-RPC subscription
+// (NS_subscribe, NS_subscription, NS_unsubscribe) is such an entry too,
+// on the exec, tcp and ws links (plain.go).
 //
 // # Lock order
 //
