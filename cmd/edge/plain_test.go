@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+
+	"github.com/openengine/edge/internal/poll"
+	"github.com/openengine/edge/internal/testeth"
 )
 
 // TestSubscribeMethodsFlag: --subscribe-methods is a comma list of
@@ -121,14 +125,7 @@ func TestJSONRPCProfileHTTPFirstUpstream(t *testing.T) {
 		t.Fatalf("oecp profile with an http first upstream: %v, want the route refused", err)
 	}
 	e := startEdge(t, "--listen", "127.0.0.1:0", "--profile", "jsonrpc", "--upstream", "eth="+url)
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
-	conn, _, _, err := ws.Dialer{Timeout: readTimeout}.Dial(ctx, e.ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(readTimeout))
+	conn := dialWS(t, e.ws)
 	for _, tt := range []struct{ req, want string }{
 		{`{"jsonrpc":"2.0","id":7,"method":"eth_subscribe","params":["newHeads"]}`, `{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"notifications not supported"}}`},
 		{`{"jsonrpc":"2.0","id":8,"method":"eth_blockNumber","params":[]}`, `{"jsonrpc":"2.0","id":8,"result":"eth_blockNumber"}`},
@@ -148,4 +145,66 @@ func TestJSONRPCProfileHTTPFirstUpstream(t *testing.T) {
 	if got, want := methods(), []string{"eth_subscribe", "eth_blockNumber", "watch"}; !slices.Equal(got, want) {
 		t.Fatalf("the node was called with %q, want %q", got, want)
 	}
+}
+
+// TestSubscribeMethodsReachGateway: edge --profile jsonrpc in front of an
+// Ethereum-style node over ws: by default eth_subscribe is a subscription
+// (edge's id 0x1, the node's heads in the eth_subscription shape); with
+// --subscribe-methods "" it is an ordinary call, answered with the node's
+// own id, and no notification is passed on.
+func TestSubscribeMethodsReachGateway(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		flags []string
+		want  []string
+	}{
+		{"default", nil, []string{`{"jsonrpc":"2.0","id":1,"result":"0x1"}`,
+			`{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x1","result":{"number":"0x1"}}}`}},
+		{"none", []string{"--subscribe-methods", ""}, []string{`{"jsonrpc":"2.0","id":1,"result":"0xfeed01"}`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			node := testeth.Start(t)
+			e := startEdge(t, append([]string{"--listen", "127.0.0.1:0", "--profile", "jsonrpc", "--upstream-conns", "1", "--upstream", "eth=" + node.URL}, tt.flags...)...)
+			conn := dialWS(t, e.ws)
+			// The upstream connection is up once a call gets the node's answer.
+			poll.Until(t, edgeWait, "the node answering through edge", func() (bool, string) {
+				wsutil.WriteClientText(conn, []byte(`{"jsonrpc":"2.0","id":0,"method":"eth_chainId","params":[]}`))
+				got, _ := wsutil.ReadServerText(conn)
+				return string(got) == `{"jsonrpc":"2.0","id":0,"result":"eth_chainId"}`, string(got)
+			})
+			wsutil.WriteClientText(conn, []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}`))
+			got, err := wsutil.ReadServerText(conn)
+			if err != nil || string(got) != tt.want[0] {
+				t.Fatalf("eth_subscribe: %s (%v), want %s", got, err, tt.want[0])
+			}
+			poll.Until(t, edgeWait, "the node's subscription", func() (bool, string) {
+				return len(node.Live()) == 1, fmt.Sprint(node.Live())
+			})
+			node.Push(node.Live()[0], `{"number":"0x1"}`)
+			for _, w := range tt.want[1:] {
+				if got, err := wsutil.ReadServerText(conn); err != nil || string(got) != w {
+					t.Fatalf("got %s (%v), want %s", got, err, w)
+				}
+			}
+			wsutil.WriteClientText(conn, []byte(`{"jsonrpc":"2.0","id":2,"method":"eth_chainId","params":[]}`))
+			if got, err := wsutil.ReadServerText(conn); err != nil || string(got) != `{"jsonrpc":"2.0","id":2,"result":"eth_chainId"}` {
+				t.Fatalf("after the head: got %s (%v), want the call's answer and nothing before it", got, err)
+			}
+		})
+	}
+}
+
+// dialWS opens a WebSocket connection to url, closed in t.Cleanup, its
+// reads and writes bounded by readTimeout from now.
+func dialWS(t *testing.T, url string) net.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	conn, _, _, err := ws.Dialer{Timeout: readTimeout}.Dial(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(readTimeout))
+	return conn
 }
