@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testeth"
+	"github.com/openengine/edge/metrics"
 	"github.com/openengine/edge/rpc"
 	"github.com/openengine/edge/upstream"
 )
@@ -207,10 +209,15 @@ func TestEthSubscribeSlowConsumer(t *testing.T) {
 		c.loop.OutboundHardBytes = bpHardCap
 		c.rpc.SubscriptionBuffer = 16
 	})
+	hs := httptest.NewServer(metrics.New(p.srv, p.rpc, p.set).Handler())
+	t.Cleanup(hs.Close)
 	slow := dialRcvBuf(t, p.gateway, 4096)
 	sub := ethSubscribe(t, slow, 1)
 	up := testeth.Sub{Conn: 0, ID: "0xfeed01"}
 	waitLive(t, node, up)
+	if v, _ := scrapeMetrics(t, hs.URL).value("edge_subscriptions"); v != 1 {
+		t.Fatalf("edge_subscriptions %v while subscribed, want 1", v)
+	}
 	data := strings.Repeat("x", 1024)
 	head := func(i int) string { return `{"number":` + strconv.Itoa(i) + `,"extra":"` + data + `"}` }
 	pushed := 0
@@ -245,4 +252,23 @@ func TestEthSubscribeSlowConsumer(t *testing.T) {
 	}
 	slow.sendText(`{"jsonrpc":"2.0","id":2,"method":"eth_blockNumber","params":[]}`)
 	slow.expectText(`{"jsonrpc":"2.0","id":2,"result":"eth_blockNumber"}`)
+	// Counted as an OECP subscription is: the gauge, the slow consumer,
+	// the events delivered, the establishment an upstream call answered
+	// ok; the heads pushed after the unsubscribe are not garbage.
+	m := scrapeMetrics(t, hs.URL)
+	for _, w := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"edge_subscriptions", nil, 0},
+		{"edge_slow_consumers_total", []string{"kind=subscription"}, 1},
+		{"edge_events_delivered_total", nil, float64(n)},
+		{"edge_upstream_requests_total", []string{"upstream=eth", "outcome=ok"}, 2},
+		{"edge_upstream_messages_dropped_total", []string{"upstream=eth"}, 0},
+	} {
+		if v, ok := m.value(w.name, w.labels...); !ok || v != w.want {
+			t.Errorf("%s%v = %v (%v), want %v", w.name, w.labels, v, ok, w.want)
+		}
+	}
 }
