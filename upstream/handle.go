@@ -89,7 +89,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 	l.mu.Lock()
 	e := l.calls.get(id)
 	switch {
-	case e != nil && e.plain() != "" && (e.state == callUnsubscribing || e.state == callOrphaned):
+	case e != nil && (e.state == callUnsubscribing || e.state == callOrphaned) && e.plain() != "":
 		// The answer to NS_unsubscribe (subCancelLocked filed the entry
 		// under its id): whatever it says, the subscription is gone.
 		l.moveLocked(e, callEnded, byAnswer, nil, nil)
