@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,16 +42,45 @@ const (
 // checkSubscribePattern reports what is wrong with a SubscribeMethods
 // pattern.
 func checkSubscribePattern(p string) error {
+	if err := patternProblem(p); err != nil {
+		return fmt.Errorf("rpc: subscribe method pattern %w", err)
+	}
+	return nil
+}
+
+// patternProblem is checkSubscribePattern's error without its prefix.
+func patternProblem(p string) error {
 	rest, _ := strings.CutPrefix(p, "*")
 	switch {
 	case !strings.HasSuffix(p, subscribeSuffix):
-		return fmt.Errorf("rpc: subscribe method pattern %q: want a name ending in %s, or * and such a suffix (*_subscribe)", p, subscribeSuffix)
+		return fmt.Errorf("%q: want a name ending in %s, or * and such a suffix (*_subscribe)", p, subscribeSuffix)
 	case strings.Contains(rest, "*"):
-		return fmt.Errorf("rpc: subscribe method pattern %q: * only at the start", p)
+		return fmt.Errorf("%q: * only at the start", p)
 	case p == subscribeSuffix:
-		return fmt.Errorf("rpc: subscribe method pattern %q: no namespace before %s", p, subscribeSuffix)
+		return fmt.Errorf("%q: no namespace before %s", p, subscribeSuffix)
 	}
 	return nil
+}
+
+// ParseSubscribeMethods reads a comma-separated list of SubscribeMethods
+// patterns (spaces around each are ignored), reporting every bad one; ""
+// is the empty list: no plain subscription methods. Safe for concurrent
+// use.
+func ParseSubscribeMethods(list string) ([]string, error) {
+	ps := []string{}
+	var errs []error
+	for p := range strings.SplitSeq(list, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" && strings.TrimSpace(list) == "" {
+			break
+		}
+		if err := patternProblem(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ps = append(ps, p)
+	}
+	return ps, errors.Join(errs...)
 }
 
 // plainNamespace returns NS when name is NS_subscribe and matches a

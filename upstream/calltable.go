@@ -13,6 +13,13 @@ import (
 // (the transport's cancel or subscription/cancel, the in-flight count, the
 // request metric, the call's one Finish, removal from the table), so that no
 // path can forget one of them or finish a call twice.
+//
+// A plain JSON-RPC subscription (backend.Stream.Namespace NS, CONTRACT.md
+// section 10) lives in the same table: its request is NS_subscribe with the
+// client's params, its establishing answer's result is the upstream's id (a
+// scalar), its events are NS_subscription notifications, and where an OECP
+// subscription is sent subscription/cancel it is sent NS_unsubscribe [ID],
+// a request of its own whose answer ends the entry (plainKey, plain.go).
 
 // callState is the lifecycle of an entry. Legal transitions:
 //
@@ -27,15 +34,22 @@ import (
 //	dropped, expired
 //	             -> orphaned    the answer to a subscription request nobody wants
 //	                            came: subscription/cancel is sent with the upstream's
-//	                            id; its events are dropped and counted until the
-//	                            upstream closes it or one more timeout passes
+//	                            id (plain: NS_unsubscribe, and the entry is filed under
+//	                            that request's id); its events are dropped and counted
+//	                            until the upstream closes it (plain: answers the
+//	                            NS_unsubscribe) or one more timeout passes
+//	live         -> unsubscribing  the gateway ended a plain subscription: NS_unsubscribe
+//	                            is sent and the entry filed under its id; its events are
+//	                            ignored until the upstream answers it or one more
+//	                            timeout passes
 //	any          -> ended       removed from the table: answered, refused, failed,
 //	                            closed by the upstream, cancelled while live
-//	                            (subscription/cancel), or forgotten
+//	                            (subscription/cancel; plain: NS_unsubscribe with no room
+//	                            left to wait for its answer), or forgotten
 //
 // ended is final. The call is finished exactly once, on the transition from
 // a state that holds it (sent, establishing, dropped, live) to one that does
-// not (expired, orphaned, ended). The entries in flight, counted in
+// not (expired, orphaned, unsubscribing, ended). The entries in flight, counted in
 // link.inflight for the replica choice, are those sent, establishing or
 // dropped.
 type callState uint8
@@ -47,6 +61,7 @@ const (
 	callLive
 	callExpired
 	callOrphaned
+	callUnsubscribing
 	callEnded
 )
 
@@ -64,6 +79,8 @@ func (s callState) String() string {
 		return "expired"
 	case callOrphaned:
 		return "orphaned"
+	case callUnsubscribing:
+		return "unsubscribing"
 	case callEnded:
 		return "ended"
 	}
@@ -81,10 +98,18 @@ func (from callState) canGo(to callState) bool {
 		return from == callSent || from == callEstablishing || from == callDropped
 	case callOrphaned:
 		return from == callDropped || from == callExpired
+	case callUnsubscribing:
+		return from == callLive
 	case callEnded:
 		return from >= callSent && from < callEnded
 	}
 	return false
+}
+
+// lingers reports whether an entry in state s waits for the upstream
+// after its call was finished (counted in callTable.lingering).
+func (s callState) lingers() bool {
+	return s == callExpired || s == callOrphaned || s == callUnsubscribing
 }
 
 // holdsCall reports whether the call is not finished yet in state s.
@@ -118,8 +143,11 @@ type entry struct {
 	// linked in deadline order (prev, next).
 	deadline   int64
 	prev, next *entry
-	upSub      string // the upstream's subscription id, once it sent one
-	worker     string // NATS: the worker that took the call, once it said so
+	// upSub is the upstream's subscription id once it sent one: a
+	// string's unquoted value, or for a plain subscription its key
+	// (plainKey: the raw JSON id, a NUL and the namespace).
+	upSub  string
+	worker string // NATS: the worker that took the call, once it said so
 }
 
 // callTable holds a link's entries: by upstream id, by upstream
@@ -134,7 +162,8 @@ type callTable struct {
 	// workers counts the entries each NATS worker holds (sweep probes
 	// them).
 	workers map[string]int
-	// lingering is the entries expired or orphaned: at most maxExpired.
+	// lingering is the entries expired, orphaned or unsubscribing
+	// (callState.lingers): at most maxExpired.
 	lingering int
 	free      []*entry // ended entries kept for reuse (at most maxFree)
 }
@@ -221,6 +250,14 @@ func (t *callTable) due(now int64) *entry {
 		return t.head
 	}
 	return nil
+}
+
+// rekey files e under id instead of its own: a plain subscription waiting
+// for the answer to its NS_unsubscribe request id.
+func (t *callTable) rekey(e *entry, id uint64) {
+	delete(t.ids, e.id)
+	e.id = id
+	t.ids[id] = e
 }
 
 // remove deletes e from every index and keeps it for reuse.
@@ -345,8 +382,8 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 	switch {
 	case to == callDropped, why == byTimeout && (from == callSent || from == callEstablishing):
 		l.cancelLocked(e)
-	case to == callOrphaned, to == callEnded && from == callLive && why == byGateway:
-		l.subCancelLocked(e, e.upSub)
+	case to == callOrphaned, to == callUnsubscribing, to == callEnded && from == callLive && why == byGateway:
+		l.subCancelLocked(e, to != callEnded)
 	}
 	if from.inFlight() && !to.inFlight() {
 		l.inflight.Add(-1)
@@ -372,8 +409,8 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		if l.nats == nil {
 			t.subs[e.upSub] = e
 		}
-	case callExpired, callOrphaned:
-		if from != callExpired {
+	case callExpired, callOrphaned, callUnsubscribing:
+		if !from.lingers() {
 			t.lingering++
 		}
 		if to == callOrphaned && l.nats == nil {
@@ -385,7 +422,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		t.unlink(e)
 		t.link(e, now+int64(l.up.cfg.Timeout))
 	case callEnded:
-		if from == callExpired || from == callOrphaned {
+		if from.lingers() {
 			t.lingering--
 		}
 		t.remove(e)
@@ -400,7 +437,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 // lingering entry is forgotten. Called with mu held.
 func (l *link) expireLocked(e *entry, now int64) finish {
 	switch {
-	case e.state == callExpired || e.state == callOrphaned:
+	case e.state.lingers():
 		return l.moveAtLocked(e, callEnded, byForget, nil, nil, now)
 	case l.calls.lingering >= maxExpired:
 		return l.moveAtLocked(e, callEnded, byTimeout, nil, backend.ErrUpstreamTimeout, now)

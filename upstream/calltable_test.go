@@ -9,22 +9,29 @@ import (
 	"github.com/openengine/edge/backend"
 )
 
-var allCallStates = []callState{callSent, callEstablishing, callDropped, callLive, callExpired, callOrphaned, callEnded}
+var allCallStates = []callState{callSent, callEstablishing, callDropped, callLive, callExpired, callOrphaned, callUnsubscribing, callEnded}
 
 // entryIn puts an entry in state from on l, as the paths to it leave it:
 // a subscription for the states only subscriptions reach, the call
 // unfinished in the states that hold it, counted in flight where it is.
-func entryIn(l *link, from callState) (*entry, *recCall) {
+func entryIn(l *link, from callState) (*entry, *recCall) { return entryOf(l, from, "") }
+
+// entryOf is entryIn for a subscription of namespace ns ("": OECP; else a
+// plain one, whose upstream id is "u1").
+func entryOf(l *link, from callState, ns string) (*entry, *recCall) {
 	c := &recCall{method: "m"}
 	var st backend.Stream
 	if from != callSent {
-		c.st = &recStream{id: "s1"}
+		c.st = &recStream{id: "s1", ns: ns}
 		st = c.st
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.calls.add(l.nextID.Add(1), c, st, time.Now().UnixNano(), time.Now().Add(time.Minute).UnixNano())
 	e.upSub = "u1"
+	if ns != "" {
+		e.upSub, _ = plainKey([]byte(`"u1"`), ns)
+	}
 	if from.inFlight() {
 		l.inflight.Add(1)
 	}
@@ -32,7 +39,7 @@ func entryIn(l *link, from callState) (*entry, *recCall) {
 	case callLive:
 		l.calls.unlink(e)
 		l.calls.subs[e.upSub] = e
-	case callExpired, callOrphaned, callEnded:
+	case callExpired, callOrphaned, callUnsubscribing, callEnded:
 		e.c = nil
 		l.calls.lingering++
 	}
@@ -60,13 +67,15 @@ func TestCallTransitions(t *testing.T) {
 		{callLive, callEnded}:           true,
 		{callExpired, callEnded}:        true,
 		{callOrphaned, callEnded}:       true,
+		{callLive, callUnsubscribing}:   true,
+		{callUnsubscribing, callEnded}:  true,
 	}
 	for _, from := range allCallStates {
 		for _, to := range allCallStates {
 			t.Run(from.String()+"->"+to.String(), func(t *testing.T) {
 				l := newLink(testUpstream(nil, Config{}), "t", nil, false)
 				l.open()
-				e, c := entryIn(l, from)
+				e, c := entryOf(l, from, "eth")
 				ok := legal[[2]callState{from, to}]
 				var got any
 				l.mu.Lock()
@@ -78,7 +87,7 @@ func TestCallTransitions(t *testing.T) {
 				switch {
 				case ok && got != nil:
 					t.Fatalf("legal transition panicked: %v", got)
-				case ok && to == callEnded && (l.calls.get(e.id) != nil || e.state != callEnded):
+				case ok && to == callEnded && (l.calls.len() != 0 || e.state != callEnded):
 					t.Fatalf("ended entry still in the table (state %s)", e.state)
 				case ok && to != callEnded && e.state != to:
 					t.Fatalf("state %s after the transition, want %s", e.state, to)
@@ -110,9 +119,11 @@ func TestCallEffects(t *testing.T) {
 	const (
 		cancelReq = `{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}`
 		subCancel = `{"jsonrpc":"2.0","method":"subscription/cancel","params":{"subscriptionId":"u1"}}`
+		unsub     = `{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["u1"]}`
 	)
 	for _, tt := range []struct {
 		name    string
+		ns      string // a plain subscription's namespace
 		from    callState
 		to      callState
 		why     cause
@@ -122,24 +133,30 @@ func TestCallEffects(t *testing.T) {
 		finish  error  // the call's Finish error; nil: none or nil (see finished)
 		fin     bool   // the call is finished
 	}{
-		{"cancelled unary", callSent, callDropped, byGateway, nil, cancelReq, "", nil, false},
-		{"cancelled while establishing (ws has no request cancel)", callEstablishing, callDropped, byGateway, nil, "", "", nil, false},
-		{"timed out", callSent, callExpired, byTimeout, backend.ErrUpstreamTimeout, cancelReq, "timeout", backend.ErrUpstreamTimeout, true},
-		{"dropped times out", callDropped, callExpired, byTimeout, backend.ErrUpstreamTimeout, "", "cancelled", backend.ErrUpstreamTimeout, true},
-		{"dropped answered", callDropped, callEnded, byAnswer, nil, "", "cancelled", backend.ErrUpstreamUnavailable, true},
-		{"late establishment", callExpired, callOrphaned, byAnswer, nil, subCancel, "", nil, false},
-		{"establishment after a cancel", callDropped, callOrphaned, byAnswer, nil, subCancel, "cancelled", backend.ErrUpstreamUnavailable, true},
-		{"live cancelled by the client", callLive, callEnded, byGateway, nil, subCancel, "", nil, true},
-		{"live closed by the upstream", callLive, callEnded, byUpstream, backend.ErrUpstreamLost, "", "", backend.ErrUpstreamLost, true},
-		{"no responders", callSent, callEnded, byUpstream, backend.ErrUpstreamUnavailable, "", "unavailable", backend.ErrUpstreamUnavailable, true},
-		{"link down", callEstablishing, callEnded, byDown, backend.ErrUpstreamUnavailable, "", "unavailable", backend.ErrUpstreamUnavailable, true},
-		{"orphan forgotten", callOrphaned, callEnded, byForget, nil, "", "", nil, false},
+		{"cancelled unary", "", callSent, callDropped, byGateway, nil, cancelReq, "", nil, false},
+		{"cancelled while establishing (ws has no request cancel)", "", callEstablishing, callDropped, byGateway, nil, "", "", nil, false},
+		{"timed out", "", callSent, callExpired, byTimeout, backend.ErrUpstreamTimeout, cancelReq, "timeout", backend.ErrUpstreamTimeout, true},
+		{"dropped times out", "", callDropped, callExpired, byTimeout, backend.ErrUpstreamTimeout, "", "cancelled", backend.ErrUpstreamTimeout, true},
+		{"dropped answered", "", callDropped, callEnded, byAnswer, nil, "", "cancelled", backend.ErrUpstreamUnavailable, true},
+		{"late establishment", "", callExpired, callOrphaned, byAnswer, nil, subCancel, "", nil, false},
+		{"establishment after a cancel", "", callDropped, callOrphaned, byAnswer, nil, subCancel, "cancelled", backend.ErrUpstreamUnavailable, true},
+		{"live cancelled by the client", "", callLive, callEnded, byGateway, nil, subCancel, "", nil, true},
+		{"live closed by the upstream", "", callLive, callEnded, byUpstream, backend.ErrUpstreamLost, "", "", backend.ErrUpstreamLost, true},
+		{"no responders", "", callSent, callEnded, byUpstream, backend.ErrUpstreamUnavailable, "", "unavailable", backend.ErrUpstreamUnavailable, true},
+		{"link down", "", callEstablishing, callEnded, byDown, backend.ErrUpstreamUnavailable, "", "unavailable", backend.ErrUpstreamUnavailable, true},
+		{"orphan forgotten", "", callOrphaned, callEnded, byForget, nil, "", "", nil, false},
+		{"plain: late establishment", "eth", callExpired, callOrphaned, byAnswer, nil, unsub, "", nil, false},
+		{"plain: establishment after a cancel", "eth", callDropped, callOrphaned, byAnswer, nil, unsub, "cancelled", backend.ErrUpstreamUnavailable, true},
+		{"plain: live cancelled by the client", "eth", callLive, callUnsubscribing, byGateway, nil, unsub, "", nil, true},
+		{"plain: live cancelled, no room to wait", "eth", callLive, callEnded, byGateway, nil, unsub, "", nil, true},
+		{"plain: live lost", "eth", callLive, callEnded, byDown, backend.ErrUpstreamLost, "", "", backend.ErrUpstreamLost, true},
+		{"plain: unsubscribe answered", "eth", callUnsubscribing, callEnded, byAnswer, nil, "", "", nil, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			u := testUpstream(nil, Config{})
 			l := newLink(u, "t", func(dst, msg []byte) []byte { return append(append(dst, msg...), '|') }, true)
 			l.open()
-			e, c := entryIn(l, tt.from)
+			e, c := entryOf(l, tt.from, tt.ns)
 			l.mu.Lock()
 			f := l.moveLocked(e, tt.to, tt.why, nil, tt.err)
 			l.mu.Unlock()

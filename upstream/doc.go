@@ -29,6 +29,9 @@
 // one Finish). A call no table takes (no connection up, every http replica
 // at its bound, a backlog over Config.MaxPendingBytes) ends through
 // Upstream.refuse.
+// A plain JSON-RPC subscription (NS_subscribe, NS_subscription,
+// NS_unsubscribe) is an entry of a link's table too, on the exec, tcp and ws
+// links (plain.go).
 //
 // # Lock order
 //

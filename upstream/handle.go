@@ -89,12 +89,18 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 	l.mu.Lock()
 	e := l.calls.get(id)
 	switch {
+	case e != nil && (e.state == callUnsubscribing || e.state == callOrphaned) && e.plain() != "":
+		// The answer to NS_unsubscribe (subCancelLocked filed the entry
+		// under its id): whatever it says, the subscription is gone.
+		l.moveLocked(e, callEnded, byAnswer, nil, nil)
+		l.mu.Unlock()
+		return
 	case e == nil || e.state == callLive || e.state == callOrphaned:
 		l.mu.Unlock()
 		l.drop(dropUnknownID)
 		return
 	case e.state == callExpired:
-		if sub, ok := subscriptionID(result); ok && e.stream != nil && errObj == nil {
+		if sub, ok := l.subKey(e, result); ok && errObj == nil {
 			e.upSub = sub
 			l.moveLocked(e, callOrphaned, byAnswer, nil, nil)
 			orphaned = true
@@ -108,7 +114,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		}
 		return
 	case e.state == callDropped:
-		if sub, ok := subscriptionID(result); ok && e.stream != nil && errObj == nil {
+		if sub, ok := l.subKey(e, result); ok && errObj == nil {
 			// Cancelled while establishing: the upstream's new
 			// subscription is not wanted.
 			e.upSub = sub
@@ -129,11 +135,11 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 	case e.state == callSent:
 		f = l.moveLocked(e, callEnded, byAnswer, result, nil)
 	default: // establishing
-		// A subscription is established: its id is mapped to edge's own.
-		// A NATS link finds its subscriptions by the stream subject
-		// instead: workers' ids are not unique across workers.
-		sub, ok := subscriptionID(result)
-		if !ok || (l.nats == nil && l.calls.subs[sub] != nil) {
+		// A subscription is established: its id is mapped to edge's own
+		// (a plain one's result is the id itself, which the client does
+		// not see: it gets edge's).
+		sub, ok := l.subKey(e, result)
+		if !ok {
 			f = l.moveLocked(e, callEnded, byAnswer, nil, errUpstreamProtocol)
 			l.mu.Unlock()
 			l.drop(dropBadSub)
@@ -142,9 +148,14 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		}
 		e.upSub = sub
 		st := e.stream
+		plain := e.plain() != ""
 		l.moveLocked(e, callLive, byAnswer, nil, nil)
 		l.mu.Unlock()
-		st.Establish(rewriteSubscriptionID(result, st.ID()))
+		if plain {
+			st.Establish(result)
+		} else {
+			st.Establish(rewriteSubscriptionID(result, st.ID()))
+		}
 		return
 	}
 	l.mu.Unlock()
@@ -179,7 +190,7 @@ func (l *link) notification(method, params []byte) {
 		l.event(params)
 	case codec.KeyIs(method, "subscription/closed"):
 		l.closed(params)
-	default:
+	case !l.plainEvent(method, params):
 		l.drop(dropUnknownNote)
 	}
 }
@@ -298,6 +309,31 @@ func (l *link) endLocked(e *entry, reason []byte) {
 	}
 	l.mu.Unlock()
 	f.do()
+}
+
+// subKey returns the key under which the subscription that call e's
+// answer result establishes is filed (callTable.subs): the subscriptionId,
+// or for a plain subscription plainKey. It is not ok when result names no
+// usable id, or (byte-stream links) one the upstream already gave another
+// subscription on this link: a link's ids are unique at the upstream, and
+// filing a second one would take the first one's events (or cancel it). A
+// NATS link finds its subscriptions by the stream subject instead: workers'
+// ids are not unique across workers. Called with mu held.
+func (l *link) subKey(e *entry, result []byte) (string, bool) {
+	var key string
+	var ok bool
+	switch ns := e.plain(); {
+	case e.stream == nil:
+		return "", false
+	case ns != "" && l.nats == nil:
+		key, ok = plainKey(result, ns)
+	default:
+		key, ok = subscriptionID(result)
+	}
+	if !ok || (l.nats == nil && l.calls.subs[key] != nil) {
+		return "", false
+	}
+	return key, true
 }
 
 // subscriptionID returns the string subscriptionId member of a result (the

@@ -35,12 +35,13 @@ func (c *recCall) Finish(result []byte, err error) {
 
 type recStream struct {
 	id          string
+	ns          string // Namespace: a plain subscription's
 	established []string
 	events      []string // cursor + " " + body
 }
 
 func (s *recStream) ID() string              { return s.id }
-func (*recStream) Namespace() string         { return "" }
+func (s *recStream) Namespace() string       { return s.ns }
 func (s *recStream) Establish(result []byte) { s.established = append(s.established, string(result)) }
 func (s *recStream) Emit(cursor, body []byte) bool {
 	s.events = append(s.events, string(cursor)+" "+string(body))

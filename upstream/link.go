@@ -67,6 +67,7 @@ type link struct {
 	garbage burst  // what the upstream sent that was dropped
 	body    []byte // scratch: an event's members
 	name    []byte // scratch: an unquoted subscription id
+	key     []byte // scratch: a plain subscription's key (plainKey)
 
 	// The byte-stream side, loop-owned (conn.go): the loop's side of the
 	// connection while connected, the reading state, and where Closed
@@ -203,7 +204,11 @@ func (l *link) Cancel(id uint64) {
 	case e.state == callSent || e.state == callEstablishing:
 		f = l.moveLocked(e, callDropped, byGateway, nil, nil)
 	case e.state == callLive:
-		f = l.moveLocked(e, callEnded, byGateway, nil, nil)
+		to := callEnded
+		if e.plain() != "" && l.calls.lingering < maxExpired {
+			to = callUnsubscribing // until the upstream answers NS_unsubscribe
+		}
+		f = l.moveLocked(e, to, byGateway, nil, nil)
 	}
 	l.mu.Unlock()
 	l.signal()
@@ -226,17 +231,32 @@ func (l *link) cancelLocked(e *entry) {
 	}
 }
 
-// subCancelLocked forwards subscription/cancel of the upstream's
-// subscription upSub, established by call e. Called with mu held.
-func (l *link) subCancelLocked(e *entry, upSub string) {
+// subCancelLocked cancels the upstream's subscription of entry e:
+// subscription/cancel with its id, or for a plain subscription
+// NS_unsubscribe [ID], a request of its own; when the entry lingers (the
+// transition leaves it in the table) it is filed under that request's id,
+// so that the answer ends it instead of counting as garbage. Called with mu
+// held.
+func (l *link) subCancelLocked(e *entry, lingers bool) {
+	if ns := e.plain(); ns != "" && l.nats == nil {
+		id := l.nextID.Add(1)
+		if lingers {
+			l.calls.rekey(e, id)
+		}
+		if l.up_ {
+			l.enc = appendUnsubscribe(l.enc[:0], id, ns, e.upSub)
+			l.appendLocked(l.enc)
+		}
+		return
+	}
 	switch {
 	case !l.up_:
 	case l.nats != nil:
 		if e.worker != "" {
-			l.nats.subCancelLocked(l, e.worker, upSub)
+			l.nats.subCancelLocked(l, e.worker, e.upSub)
 		}
 	default:
-		l.appendLocked(appendSubCancel(nil, upSub))
+		l.appendLocked(appendSubCancel(nil, e.upSub))
 	}
 }
 

@@ -59,6 +59,8 @@ type options struct {
 
 	profile  string
 	maxBatch int
+	// subscribeMethods is --subscribe-methods, a comma list of patterns.
+	subscribeMethods string
 
 	authTokens string         // --auth-tokens
 	verifiers  auth.Chain     // loaded by prepare
@@ -217,6 +219,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	}}, "route", "`PATTERN=NAME`: methods matching PATTERN (a name, or a prefix ending in *) go to upstream NAME or to memory; first match wins, unmatched methods go to the first --upstream")
 	fs.StringVar(&o.profile, "profile", "oecp", "protocol profile: oecp (OECP v1), or jsonrpc (plain JSON-RPC 2.0: positional params, batches, any method forwarded to its route)")
 	fs.IntVar(&o.maxBatch, "max-batch", rpc.DefaultMaxBatch, "most requests in one batch (jsonrpc profile); a larger batch gets -32600")
+	fs.StringVar(&o.subscribeMethods, "subscribe-methods", strings.Join(rpc.DefaultSubscribeMethods, ","), "`PATTERNS` (comma-separated) of the plain JSON-RPC subscription methods, jsonrpc profile only: NS_subscribe, or * and such a suffix; a match is a subscription with NS_subscription notifications, ended by NS_unsubscribe, over a ws, tcp or exec upstream (an http upstream answers it itself); empty: none")
 	fs.IntVar(&o.upstream.Conns, "upstream-conns", upstream.DefaultConns, "connections per tcp or ws upstream replica, spread over the event loops (at least --loops keeps every call on its own loop)")
 	fs.IntVar(&o.upstream.HTTPConns, "upstream-http-conns", upstream.DefaultHTTPConns, "requests in flight at most to one http upstream replica (each its own connection); a call over it gets SERVER_BUSY, a notification over it is dropped and counted")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
@@ -280,6 +283,9 @@ func (o *options) check() []error {
 	}
 	if o.maxBatch <= 0 {
 		errs = append(errs, fmt.Errorf("max-batch %d must be positive", o.maxBatch))
+	}
+	if _, err := rpc.ParseSubscribeMethods(o.subscribeMethods); err != nil {
+		errs = append(errs, fmt.Errorf("subscribe-methods: %w", err))
 	}
 	if o.upstream.Conns <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-conns %d must be positive", o.upstream.Conns))
@@ -458,9 +464,11 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		forward = tops.Route(forward)
 	}
 	profile, _ := rpc.ParseProfile(o.profile)
+	subscribeMethods, _ := rpc.ParseSubscribeMethods(o.subscribeMethods)
 	srv, err := rpc.NewServer(rpc.Config{
 		Profile:                 profile,
 		MaxBatch:                o.maxBatch,
+		SubscribeMethods:        subscribeMethods,
 		Forward:                 forward,
 		MaxConnTasks:            o.maxConn,
 		CancelReply:             cancelReply,
@@ -584,8 +592,13 @@ func prepare(o *options) (*rpc.Registry, *upstream.Set, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkRoutes(ups, reg); err != nil {
-		return nil, nil, err
+	// Under the jsonrpc profile an http upstream answers a registry's
+	// subscription method itself (CONTRACT.md section 10): nothing to
+	// refuse.
+	if profile, _ := rpc.ParseProfile(o.profile); profile == rpc.ProfileOECP {
+		if err := checkRoutes(ups, reg); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := loadAuth(o); err != nil {
 		return nil, nil, err
@@ -662,7 +675,8 @@ func reloadOnHUP(ctx context.Context, rs []interface{ Reload() error }, logger *
 }
 
 // checkRoutes refuses a subscription method routed to an upstream that can
-// only carry unary calls (http), naming the route (CONTRACT.md section 10).
+// only carry unary calls (http), naming the route (CONTRACT.md section 10);
+// the oecp profile's check.
 func checkRoutes(ups *upstream.Set, reg *rpc.Registry) error {
 	var errs []string
 	reg.Methods(func(m *rpc.Method) {
