@@ -233,6 +233,9 @@ func (l *link) Closed(error) {
 func (l *link) Output() []byte {
 	l.mu.Lock()
 	out := l.out
+	if l.wc != nil {
+		l.notePeak(len(out) + l.wc.Buffered())
+	}
 	l.out = out[:0]
 	if cap(out) > 1<<20 {
 		l.out = nil // a burst's buffer is not kept
@@ -335,6 +338,7 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 				l.mu.Lock()
 				if l.up_ {
 					l.out = appendFrame(l.out, ws.OpPong, p)
+					l.owedLocked() // an upstream that pings and never reads is closed
 				}
 				l.mu.Unlock()
 				l.signal()
