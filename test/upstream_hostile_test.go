@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/openengine/edge/internal/poll"
 )
@@ -26,7 +29,6 @@ type flooder struct {
 	ln       net.Listener
 	accepted atomic.Int64
 	sent     atomic.Int64
-	wg       sync.WaitGroup
 }
 
 func startFlooder(t *testing.T, max int64) *flooder {
@@ -43,24 +45,34 @@ func startFlooder(t *testing.T, max int64) *flooder {
 		t.Fatal(err)
 	}
 	f := &flooder{ln: ln}
+	serveHostile(t, ln, &f.accepted, func(c net.Conn, _ int64) { f.flood(c, max) })
+	return f
+}
+
+// serveHostile accepts the connections of ln until the test ends, each
+// counted in accepted and served by serve (with its count) on its own
+// goroutine; at the end ln and every connection are closed and the
+// goroutines waited for.
+func serveHostile(t *testing.T, ln net.Listener, accepted *atomic.Int64, serve func(c net.Conn, n int64)) {
+	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	f.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer f.wg.Done()
+		defer wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			f.accepted.Add(1)
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			f.wg.Add(1)
+			n := accepted.Add(1)
+			wg.Add(1)
 			go func() {
-				defer f.wg.Done()
-				f.flood(c, max)
+				defer wg.Done()
+				serve(c, n)
 			}()
 		}
 	}()
@@ -71,9 +83,8 @@ func startFlooder(t *testing.T, max int64) *flooder {
 			c.Close()
 		}
 		mu.Unlock()
-		f.wg.Wait()
+		wg.Wait()
 	})
-	return f
 }
 
 func (f *flooder) flood(c net.Conn, max int64) {
@@ -152,4 +163,65 @@ func vmRSS() string {
 		}
 	}
 	return "?"
+}
+
+// TestUpstreamWSHugeFrameRedials is the regression test of issue 24 item
+// 5's wedged WebSocket upstream, over real sockets: an upstream whose
+// first frame's header claims 2^62 bytes had edge skip that many bytes of
+// its input as the frame's payload, so the connection served nothing, the
+// call on it waited for its timeout and it was never redialled. edge
+// answers a close 1009, the call gets UPSTREAM_UNAVAILABLE, and edge
+// redials.
+func TestUpstreamWSHugeFrameRedials(t *testing.T) {
+	watchdog(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	codes := make(chan ws.StatusCode, 4)
+	serveHostile(t, ln, &accepted, func(c net.Conn, n int64) {
+		if _, err := ws.Upgrade(c); err != nil || n > 1 {
+			return // the second connection stays open, silent
+		}
+		// Once edge has forwarded a call: a text frame claiming
+		// 2^62 bytes, and a few of them.
+		if _, err := ws.ReadFrame(c); err != nil {
+			codes <- 0
+			return
+		}
+		c.Write([]byte{0x81, 127, 0x40, 0, 0, 0, 0, 0, 0, 0, '{', '"'})
+		_ = c.SetReadDeadline(time.Now().Add(pollTimeout))
+		h, err := ws.ReadHeader(c)
+		if err != nil || h.OpCode != ws.OpClose || h.Length != 2 {
+			codes <- 0
+			return
+		}
+		p := make([]byte, 2)
+		if _, err := io.ReadFull(c, p); err != nil {
+			codes <- 0
+			return
+		}
+		ws.Cipher(p, h.Mask, 0)
+		codes <- ws.StatusCode(p[0])<<8 | ws.StatusCode(p[1])
+	})
+	cfg := failureConfig
+	cfg.Conns = 1
+	p := startProxy(t, cfg, []string{"e=ws://" + ln.Addr().String() + "/"})
+	c := dial(t, p.gateway)
+	c.sendText(gate("1", "never"))
+	select {
+	case code := <-codes:
+		if code != ws.StatusMessageTooBig {
+			t.Fatalf("the upstream got close code %d, want 1009", code)
+		}
+	case <-time.After(pollTimeout):
+		t.Fatal("edge sent no close frame for the frame over the limit")
+	}
+	c.expectText(`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"Upstream unavailable","data":{"code":"UPSTREAM_UNAVAILABLE"}}}`)
+	u := p.set.Upstreams()[0]
+	poll.Until(t, pollTimeout, "the upstream redialled", func() (bool, string) {
+		up, _ := u.Connected()
+		return accepted.Load() >= 2 && up == 1, fmt.Sprintf("%d accepted, %d up", accepted.Load(), up)
+	})
 }

@@ -200,12 +200,12 @@ var _ backend.Wire = (*link)(nil)
 type reading struct {
 	lines codec.LineReader // NDJSON
 	// WebSocket: the message being assembled from fragments, whether it
-	// is text and over the limit, and the bytes of a dropped frame's
+	// is text, its size so far, and the bytes of a dropped binary frame's
 	// payload still to skip.
-	msg     []byte
-	inText  bool
-	tooLong bool
-	skip    int64
+	msg    []byte
+	inText bool
+	size   int // bytes of the message so far (binary ones are not kept)
+	skip   int64
 }
 
 // Open implements backend.Wire: the link takes calls.
@@ -292,12 +292,17 @@ func (l *link) readLines(in []byte, max int) int {
 // errUpstreamClosedWS ends a WebSocket link whose upstream sent a close.
 var errUpstreamClosedWS = errors.New("upstream closed the WebSocket")
 
+// errUpstreamTooBig ends a WebSocket link whose upstream sent a message
+// over Config.MaxMessageBytes.
+var errUpstreamTooBig = errors.New("upstream sent a WebSocket message over the size limit")
+
 // readFrames applies the complete WebSocket frames of in and returns how
 // many bytes it consumed: text messages go to handle; pings are answered;
-// binary and oversized messages are dropped (their payload skipped as it
-// arrives, never buffered); a close or a malformed control frame ends the
-// connection. A data frame is consumed once all of it has arrived: at most
-// max bytes of payload wait in the loop's input buffer.
+// binary messages are dropped (their payload skipped as it arrives, never
+// buffered); a message over max bytes is answered a close 1009 and ends
+// the connection (errUpstreamTooBig), as do a close and a malformed
+// control frame. A data frame is consumed once all of it has arrived: at
+// most max bytes of payload wait in the loop's input buffer.
 func (l *link) readFrames(in []byte, max int) (int, error) {
 	rd := &l.rd
 	n := 0
@@ -346,15 +351,26 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			continue
 		}
 		if h.OpCode != ws.OpContinuation {
-			rd.msg, rd.tooLong, rd.inText = rd.msg[:0], false, h.OpCode == ws.OpText
+			rd.msg, rd.size, rd.inText = rd.msg[:0], 0, h.OpCode == ws.OpText
 		}
-		if rd.tooLong || h.Length > int64(max-len(rd.msg)) || !rd.inText { // no overflow: len(msg) <= max
-			if !rd.tooLong && rd.inText {
-				l.drop(dropTooLong)
-			} else if !rd.inText && h.OpCode == ws.OpBinary {
+		if h.Length > int64(max-rd.size) { // no overflow: size <= max
+			// Over the limit: closed 1009 (RFC 6455 section 7.4.1), as
+			// a client's is. Skipping the rest would wedge the link for
+			// as long as the header claims, up to 2^63 bytes.
+			l.drop(dropTooLong)
+			l.mu.Lock()
+			if l.up_ {
+				l.out = appendCloseFrame(l.out, ws.StatusMessageTooBig)
+			}
+			l.mu.Unlock()
+			l.signal()
+			return n, errUpstreamTooBig
+		}
+		rd.size += int(h.Length)
+		if !rd.inText {
+			if h.OpCode == ws.OpBinary {
 				l.drop(dropBadJSON)
 			}
-			rd.tooLong = rd.inText
 			n += hs
 			rd.skip = h.Length
 			continue
