@@ -136,6 +136,10 @@ func (s *supervisor) serve(ch *child) (stopping bool) {
 	l := s.l
 	tick := time.NewTicker(sweepEvery(s.u.cfg.Timeout))
 	defer tick.Stop()
+	var exited <-chan struct{}
+	if ch != nil {
+		exited = ch.done
+	}
 	for {
 		select {
 		case <-l.gone:
@@ -144,6 +148,17 @@ func (s *supervisor) serve(ch *child) (stopping bool) {
 				ch.shutdown(s.u.cfg.KillTimeout)
 			}
 			return false
+		case <-exited:
+			// The child exited while its socket is open: a descendant
+			// holds it. The group is killed and the connection closed,
+			// which the loop reports (gone).
+			exited = nil
+			ch.signal(syscall.SIGKILL)
+			l.loops.Run(l.home, func() {
+				if l.wc != nil {
+					l.wc.Close()
+				}
+			})
 		case now := <-tick.C:
 			l.loops.Run(l.home, func() { l.sweep(now.UnixNano()) })
 		case <-s.u.quit:
@@ -458,26 +473,36 @@ func startExec(u *Upstream, argv []string) (net.Conn, *child, error) {
 	defer theirs.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout = theirs, theirs
-	stderr, err := cmd.StderrPipe()
+	// Its own process group, so that its descendants are signalled with
+	// it (child.signal): one that keeps the socket or stderr open would
+	// otherwise outlive it and keep edge from noticing its exit.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stderr is a pipe of edge's own, not cmd.StderrPipe: Wait would wait
+	// for it to be read out, which a descendant holding it open prevents.
+	stderr, errw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
+	cmd.Stderr = errw
 	c, err := net.FileConn(mine)
 	if err != nil {
+		stderr.Close()
+		errw.Close()
 		return nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	errw.Close() // the child's copy is the only writer left
+	if err != nil {
+		stderr.Close()
 		c.Close()
 		return nil, nil, err
 	}
 	ch := &child{cmd: cmd, done: make(chan struct{})}
-	logged := make(chan struct{})
 	go func() {
-		defer close(logged)
+		defer stderr.Close()
 		u.relayStderr(stderr, cmd.Process.Pid)
 	}()
 	go func() {
-		<-logged // Wait closes the pipe: read it out first
 		err := cmd.Wait()
 		u.log.Info("upstream process exited", "upstream", u.name, "pid", cmd.Process.Pid, "status", exitStatus(err))
 		close(ch.done)
@@ -552,8 +577,12 @@ func exitStatus(err error) string {
 
 // shutdown waits up to timeout for the child to exit (it has EOF on its
 // stdin), then sends SIGTERM and waits up to timeout again, then SIGKILL,
-// and returns once it has been waited for (CONTRACT.md section 10).
+// each to its process group, and returns once it has been waited for
+// (CONTRACT.md section 10) and what was left of its group killed.
 func (c *child) shutdown(timeout time.Duration) {
+	// Whatever of its process group outlives it (a descendant holding
+	// its stdout, say) is killed with it.
+	defer c.signal(syscall.SIGKILL)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -561,15 +590,21 @@ func (c *child) shutdown(timeout time.Duration) {
 		return
 	case <-t.C:
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	c.signal(syscall.SIGTERM)
 	t.Reset(timeout)
 	select {
 	case <-c.done:
 		return
 	case <-t.C:
 	}
-	_ = c.cmd.Process.Kill()
+	c.signal(syscall.SIGKILL)
 	<-c.done
+}
+
+// signal sends sig to the child's process group: the child and every
+// descendant that stayed in it.
+func (c *child) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-c.cmd.Process.Pid, sig)
 }
 
 // wholeFrames reports whether b is a sequence of complete WebSocket frames.
