@@ -360,6 +360,10 @@ func (s *natsSupervisor) run() {
 		nats.CustomReconnectDelay(func(attempts int) time.Duration { return s.u.backoff(attempts - 1) }),
 		nats.ReconnectBufSize(-1), // nothing queues while down (CONTRACT.md section 10)
 		nats.Timeout(dialTimeout),
+		// A silent server is noticed within 3 s (its calls failed, the
+		// connection redialled), as the topics' is.
+		nats.PingInterval(wire.PingInterval),
+		nats.MaxPingsOutstanding(wire.MaxPingsOut),
 		nats.ConnectHandler(up),
 		nats.ReconnectHandler(up),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
