@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,6 +100,26 @@ func (f *freezer) freeze() {
 	f.mu.Unlock()
 }
 
+// startNATSCall starts a nats:// upstream of prefix svc on the NATS server
+// at addr (closed in t.Cleanup), waits for its link to be up, and forwards
+// a call of method slow on it.
+func startNATSCall(t *testing.T, addr string) (*Upstream, *link, *natsCall) {
+	t.Helper()
+	r, err := ParseURL("nats://" + addr + "/svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := New("n", []Replica{r}, Config{Timeout: time.Minute, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	u.Start()
+	t.Cleanup(u.Close)
+	l := u.links[0]
+	poll.Until(t, 5*time.Second, "the link up", func() (bool, string) { return l.isUp(), "down" })
+	c := &natsCall{method: "slow", err: make(chan error, 1)}
+	l.forward(c, 0)
+	return u, l, c
+}
+
 // TestNATSUpstreamSilentStall is the regression test of issue 24 item 5's
 // silent NATS stall: the connection to the NATS server stays open but
 // carries nothing (a stalled server, a partition). nats.go's default ping
@@ -122,18 +143,7 @@ func TestNATSUpstreamSilentStall(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := ParseURL("nats://" + fr.ln.Addr().String() + "/svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := New("n", []Replica{r}, Config{Timeout: time.Minute, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	u.Start()
-	defer u.Close()
-	l := u.links[0]
-	poll.Until(t, 5*time.Second, "the link up", func() (bool, string) { return l.isUp(), "down" })
-	c := &natsCall{method: "slow", err: make(chan error, 1)}
-	l.forward(c, 0)
+	_, l, c := startNATSCall(t, fr.ln.Addr().String())
 	poll.Until(t, 5*time.Second, "the call published", func() (bool, string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -149,4 +159,89 @@ func TestNATSUpstreamSilentStall(t *testing.T) {
 		t.Fatal("the call in flight on the stalled connection did not fail within 5 s")
 	}
 	poll.Until(t, 5*time.Second, "the link up again", func() (bool, string) { return l.isUp(), "down" })
+}
+
+// TestNATSUpstreamSpoofedReplies is the regression test of issue 24 item
+// 5's spoofed NATS replies: a call's reply subject (_INBOX.<nuid>.<id>) and
+// a worker's probe subject (_INBOX.<nuid>.w.<worker>) are known to every
+// worker that took a call of the link, and any client of the NATS server
+// may publish on them. One no-responders status (503) on the reply subject
+// of a call another worker took failed it UPSTREAM_UNAVAILABLE; one on the
+// probe subject of a worker failed every call that worker held; an
+// "accepted" or an answer from another worker was taken as the call's.
+// Each is now dropped and counted, and the call is answered by the worker
+// that took it.
+func TestNATSUpstreamSpoofedReplies(t *testing.T) {
+	ns := testnats.Start(t)
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	// The call's worker: it says it took the call, and answers once told
+	// (answer).
+	good := connect()
+	replies := make(chan string, 1)
+	if _, err := good.QueueSubscribe("svc.slow", "svc", func(m *nats.Msg) {
+		_ = good.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{"Edge-Worker": []string{"good"}}})
+		replies <- m.Reply
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := good.Subscribe("_EDGE.alive.svc.good", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := good.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	u, l, c := startNATSCall(t, ns.Addr().String())
+	var reply string
+	select {
+	case reply = <-replies:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker got no call")
+	}
+	poll.Until(t, 5*time.Second, "the worker's accepted applied", func() (bool, string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		e := l.calls.get(l.nextID.Load())
+		return e != nil && e.worker == "good", "no worker"
+	})
+	id := reply[strings.LastIndexByte(reply, '.')+1:]
+	inbox := reply[:strings.LastIndexByte(reply, '.')]
+	evil := connect()
+	spoofs := []*nats.Msg{
+		{Subject: reply, Header: nats.Header{"Status": []string{"503"}}},
+		{Subject: inbox + ".w.good", Header: nats.Header{"Status": []string{"503"}}},
+		{Subject: reply, Header: nats.Header{"Edge-Worker": []string{"evil"}}},
+		{Subject: reply, Header: nats.Header{"Edge-Worker": []string{"evil"}}, Data: []byte(`{"jsonrpc":"2.0","id":` + id + `,"result":"evil"}`)},
+	}
+	for i, m := range spoofs {
+		before := u.Dropped()
+		if err := evil.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 5*time.Second, "the spoofed message dropped", func() (bool, string) {
+			select {
+			case err := <-c.err:
+				t.Fatalf("spoof %d (%s %v) ended the call: %v", i, m.Subject, m.Header, err)
+			default:
+			}
+			return u.Dropped() > before, "not dropped"
+		})
+	}
+	if err := good.Publish(reply, []byte(`{"jsonrpc":"2.0","id":`+id+`,"result":"good"}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-c.err:
+		if err != nil {
+			t.Fatalf("the call ended %v, want the worker's answer", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker's answer did not end the call")
+	}
 }

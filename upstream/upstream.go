@@ -292,7 +292,7 @@ func New(name string, replicas []Replica, cfg Config) *Upstream {
 			// One nats.go connection per replica: it multiplexes every
 			// call, and reconnects by itself.
 			l := newLink(u, r.String(), nil, false)
-			l.nats = &natsLink{prefix: r.Prefix, inbox: nats.NewInbox()}
+			l.nats = &natsLink{prefix: r.Prefix, inbox: nats.NewInbox(), probe: newProbeSecret()}
 			u.links = append(u.links, l)
 			u.sups = append(u.sups, &natsSupervisor{u: u, l: l, r: r})
 		default:
