@@ -78,6 +78,23 @@ func maskedText(n int) []byte {
 	return b
 }
 
+// startEcho starts an echo server (Config.Echo) with one loop on a free
+// port, closed at the end of the test.
+func startEcho(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	cfg.Echo, cfg.Listen, cfg.Loops = true, "127.0.0.1:0", 1
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 // liveHeap is the heap in use after a full collection.
 func liveHeap() uint64 {
 	runtime.GC()
@@ -103,22 +120,11 @@ func TestWSSMemoryAfterLargeMessage(t *testing.T) {
 		large = 1 << 20
 	)
 	cert := testcert.New(t, "edge-test")
-	s, err := New(Config{
-		Echo:             true,
-		Listen:           "127.0.0.1:0",
-		Loops:            1,
+	s := startEcho(t, Config{
 		TLS:              cert.ServerConfig(),
 		MaxMessageBytes:  2 << 20,
 		SpareOutputBytes: 64 << 10, // the loop's shared spares out of the count
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	})
 	small, big := maskedText(100), maskedText(large)
 	peers := make([]*wssPeer, conns)
 	for i := range peers {

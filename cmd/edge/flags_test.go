@@ -30,6 +30,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"spare-output-bytes", c.SpareOutputBytes, loop.DefaultSpareOutput},
 		{"outbound-soft-bytes", c.OutboundSoftBytes, loop.DefaultOutboundSoft},
 		{"outbound-hard-bytes", c.OutboundHardBytes, loop.DefaultOutboundHard},
+		{"max-parked-bytes", c.MaxParkedBytes, 256 << 20},
 		{"max-conn-tasks", o.maxConn, rpc.DefaultMaxConnTasks},
 		{"subscription-buffer", o.subBuffer, rpc.DefaultSubscriptionBuffer},
 		{"upstream-conns", o.upstream.Conns, upstream.DefaultConns},
@@ -58,7 +59,7 @@ func TestParseFlagsRejectsNegativeLimits(t *testing.T) {
 		"max-conn-tasks", "max-tasks", "subscription-buffer", "worker-idle",
 		"upstream-conns", "upstream-http-conns", "upstream-timeout", "upstream-backoff-max", "max-batch",
 		"handshake-queue", "handshake-silent-timeout", "log-buffer-bytes", "upstream-stderr-rate",
-		"upstream-max-pending-bytes", "upstream-write-stall-timeout"} {
+		"upstream-max-pending-bytes", "upstream-write-stall-timeout", "max-parked-bytes"} {
 		val := "-1"
 		if strings.HasSuffix(name, "timeout") || name == "worker-idle" || name == "upstream-backoff-max" {
 			val = "-1s"

@@ -195,6 +195,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&c.ReadBufferBytes, "read-buffer-bytes", loop.DefaultReadBufferBytes, "per-loop socket read buffer size")
 	fs.IntVar(&c.OutboundSoftBytes, "outbound-soft-bytes", loop.DefaultOutboundSoft, "pending outbound bytes above which a connection's reads pause and subscription events are held")
 	fs.IntVar(&c.OutboundHardBytes, "outbound-hard-bytes", loop.DefaultOutboundHard, "pending outbound bytes above which a connection is closed with 1008")
+	fs.IntVar(&c.MaxParkedBytes, "max-parked-bytes", loop.DefaultMaxParked, "bytes of WebSocket messages still arriving (partly received) that all connections together may hold; a connection whose message takes the total over it is closed with 1013 (at least twice --max-message-bytes)")
 	fs.DurationVar(&c.WriteStallTimeout, "write-stall-timeout", loop.DefaultWriteStall, "pending output with no progress for this long closes the connection with 1008")
 	fs.IntVar(&o.subBuffer, "subscription-buffer", rpc.DefaultSubscriptionBuffer, "undelivered events a subscription may hold before it is closed SLOW_CONSUMER")
 	fs.IntVar(&o.subBufferBytes, "subscription-buffer-bytes", rpc.DefaultSubscriptionBufferBytes, "cap on the bytes of a subscription's undelivered events")
