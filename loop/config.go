@@ -108,6 +108,11 @@ type Config struct {
 	// OutboundHardBytes is the pending outbound volume above which the
 	// connection is closed with 1008 [16 MiB].
 	OutboundHardBytes int
+	// MaxParkedBytes caps the bytes of WebSocket messages in progress
+	// (partly arrived, waiting in their connection's reassembly buffer)
+	// across all connections [256 MiB]: a connection whose message takes
+	// the total over it is closed with 1013 (try again later).
+	MaxParkedBytes int
 	// WriteStallTimeout closes with 1008 a connection whose pending output
 	// makes no progress for this long [10s].
 	WriteStallTimeout time.Duration
@@ -153,6 +158,7 @@ const (
 	DefaultOutboundSoft    = 1 << 20
 	DefaultOutboundHard    = 16 << 20
 	DefaultWriteStall      = 10 * time.Second
+	DefaultMaxParked       = 256 << 20
 	DefaultReadBufferBytes = 64 << 10
 	DefaultSpareOutput     = 64 << 20
 )
@@ -213,8 +219,16 @@ func (c *Config) Validate() error {
 	neg("outbound-soft-bytes", int64(c.OutboundSoftBytes))
 	neg("outbound-hard-bytes", int64(c.OutboundHardBytes))
 	neg("write-stall-timeout", int64(c.WriteStallTimeout))
+	neg("max-parked-bytes", int64(c.MaxParkedBytes))
 	if c.OutboundSoftBytes > 0 && c.OutboundHardBytes > 0 && c.OutboundSoftBytes > c.OutboundHardBytes {
 		errs = append(errs, fmt.Errorf("outbound-soft-bytes %d must not exceed outbound-hard-bytes %d", c.OutboundSoftBytes, c.OutboundHardBytes))
+	}
+	msg := c.MaxMessageBytes
+	if msg <= 0 {
+		msg = DefaultMaxMessageBytes
+	}
+	if c.MaxParkedBytes > 0 && c.MaxParkedBytes/2 < msg {
+		errs = append(errs, fmt.Errorf("max-parked-bytes %d must be at least twice max-message-bytes (%d)", c.MaxParkedBytes, msg))
 	}
 	if c.MaxHeaderBytes > 0 && c.MaxHeaderBytes < 256 {
 		errs = append(errs, fmt.Errorf("max-header-bytes %d must be at least 256", c.MaxHeaderBytes))
@@ -269,6 +283,7 @@ func (c Config) withDefaults() Config {
 	set(&c.OutboundSoftBytes, DefaultOutboundSoft)
 	set(&c.OutboundHardBytes, DefaultOutboundHard)
 	setD(&c.WriteStallTimeout, DefaultWriteStall)
+	set(&c.MaxParkedBytes, DefaultMaxParked)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -127,6 +127,10 @@ type conn struct {
 	code  ws.StatusCode
 	proto proto     // immutable
 	state connState // changed only by setState
+	// parked is what the connection counts in Server.parked: its
+	// reassembly buffer's bytes at the end of its last turn (parked.go).
+	// In the struct's tail padding: the connection stays 320 bytes.
+	parked int32
 
 	ipCounted bool
 	// proxyPending: --proxy-protocol, and the PROXY header has not arrived
@@ -448,6 +452,7 @@ const (
 	causeGoingAway                         // graceful shutdown (section 9)
 	causeIdentityExpired                   // the token's identity expired (section 11.3)
 	causeRateLimited                       // persistently over --rate-limit (section 11.4)
+	causeParked                            // its message in progress over --max-parked-bytes of all connections'
 )
 
 var closeCauses = [...]struct {
@@ -470,6 +475,9 @@ var closeCauses = [...]struct {
 	causeIdentityExpired: {code: 4401, reason: "connection identity expired"},
 	// The refusals already queued go out first.
 	causeRateLimited: {code: ws.StatusPolicyViolation, reason: "rate limit exceeded", keep: true},
+	// RFC 6455 section 7.4.1 (IANA registry): 1013, the server is short of
+	// a resource; the client may send its message again later.
+	causeParked: {code: 1013, reason: "too many large messages in progress", keep: true},
 }
 
 func (c closeCause) String() string { return closeCauses[c].reason }
@@ -634,6 +642,7 @@ func (w *conn) closed() {
 		w.l.unpause(w)
 	}
 	w.rd.Reset()
+	w.unpark()
 	if w.lr != nil {
 		w.lr.Reset()
 	}

@@ -39,8 +39,13 @@ type Server struct {
 	done     chan struct{} // closed when the acceptors and the event loops have stopped
 	paused   atomic.Int64  // connections over their soft outbound cap
 	limits   connLimits    // open connections, for MaxConns and MaxConnsPerIP
-	tails    tailSet       // half-closed NDJSON connections (halfclose.go)
-	nextFull time.Time     // ticker goroutine only: next full timeout sweep
+	// parked is the bytes of WebSocket messages in progress that every
+	// connection holds (parked.go), parkedClosed the connections closed
+	// over Config.MaxParkedBytes. Atomic.
+	parked       atomic.Int64
+	parkedClosed atomic.Uint64
+	tails        tailSet   // half-closed NDJSON connections (halfclose.go)
+	nextFull     time.Time // ticker goroutine only: next full timeout sweep
 
 	acceptors []*acceptor    // immutable after Start: one per listener
 	accepting sync.WaitGroup // the acceptors' goroutines

@@ -43,6 +43,9 @@ func (w *conn) frames(buf []byte) int {
 		// is discarded.
 		off = w.drainClosing(buf, off)
 	}
+	if int(w.parked) != w.rd.Buffered() {
+		w.park()
+	}
 	return off
 }
 

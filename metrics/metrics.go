@@ -36,6 +36,7 @@
 //	edge_upstream_messages_dropped_total{upstream}   counter    upstream messages dropped
 //	edge_upstream_late_answers_total{upstream}      counter    answers to calls that had timed out
 //	edge_upstream_notifications_dropped_total{upstream} counter notifications over --upstream-http-conns
+//	edge_upstream_slow_closed_total{upstream}        counter    connections closed: output over --upstream-max-pending-bytes or stalled
 //	edge_metrics_stale_loops                         gauge      loops that missed the last scrape's deadline
 //	edge_log_dropped_total                           counter    log lines dropped: stderr did not keep up
 //

@@ -47,6 +47,7 @@ const (
 	nameUpstreamDropped   = "edge_upstream_messages_dropped_total"
 	nameUpstreamLate      = "edge_upstream_late_answers_total"
 	nameUpstreamNotesLost = "edge_upstream_notifications_dropped_total"
+	nameUpstreamSlow      = "edge_upstream_slow_closed_total"
 	nameStaleLoops        = "edge_metrics_stale_loops"
 	nameLogDropped        = "edge_log_dropped_total"
 	labelSlowSubscription = "subscription"
@@ -127,6 +128,10 @@ func (s *snapshot) emit(k sink, methods []string) {
 		k.family(nameUpstreamNotesLost, "Notifications to http upstreams dropped at --upstream-http-conns.", counter, "upstream")
 		for _, u := range s.upstreams {
 			k.value(float64(u.st.NotificationsDropped), u.name)
+		}
+		k.family(nameUpstreamSlow, "Upstream connections closed because the upstream did not read their output (--upstream-max-pending-bytes, --upstream-write-stall-timeout).", counter, "upstream")
+		for _, u := range s.upstreams {
+			k.value(float64(u.st.SlowClosed), u.name)
 		}
 	}
 	k.family(nameStaleLoops, "Event loops that did not answer the last scrape in time; their counters are as of the scrape before.", gauge)

@@ -290,6 +290,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	add("edge_upstream_requests_total", 0, "upstream=up", "outcome=cancelled")
 	add("edge_upstream_requests_total", 0, "upstream=up", "outcome=busy")
 	add("edge_upstream_notifications_dropped_total", 0, "upstream=up")
+	add("edge_upstream_slow_closed_total", 0, "upstream=up")
 	// The unavailable call was never sent: no duration.
 	add("edge_upstream_request_duration_seconds", 3, "upstream=up")
 	add("edge_metrics_stale_loops", 0)

@@ -85,6 +85,7 @@ import (
 
 	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/internal/redact"
+	"github.com/openengine/edge/internal/wire"
 )
 
 // Defaults of Config.
@@ -95,8 +96,6 @@ const (
 	DefaultMaxBytes  = 1 << 30
 	MaxNameBytes     = 256
 	defaultBackoff   = 5 * time.Second
-	pingInterval     = time.Second
-	maxPingsOut      = 2
 	openRetry        = 250 * time.Millisecond
 	maxBatch         = 1024
 	publishQueueSize = 64 << 20 // bytes of publishes queued or unacknowledged before new ones are refused
@@ -600,8 +599,8 @@ func (t *Topics) Start() error {
 			return min(100*time.Millisecond<<min(attempts, 10), t.cfg.BackoffMax)
 		}),
 		nats.ReconnectBufSize(-1), // nothing queues while down
-		nats.PingInterval(pingInterval),
-		nats.MaxPingsOutstanding(maxPingsOut),
+		nats.PingInterval(wire.PingInterval),
+		nats.MaxPingsOutstanding(wire.MaxPingsOut),
 		nats.Timeout(t.cfg.Timeout),
 		nats.ConnectHandler(up),
 		nats.ReconnectHandler(up),

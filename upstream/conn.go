@@ -135,6 +135,10 @@ func (s *supervisor) serve(ch *child) (stopping bool) {
 	l := s.l
 	tick := time.NewTicker(sweepEvery(s.u.cfg.Timeout))
 	defer tick.Stop()
+	var exited <-chan struct{}
+	if ch != nil {
+		exited = ch.done
+	}
 	for {
 		select {
 		case <-l.gone:
@@ -143,6 +147,17 @@ func (s *supervisor) serve(ch *child) (stopping bool) {
 				ch.shutdown(s.u.cfg.KillTimeout)
 			}
 			return false
+		case <-exited:
+			// The child exited while its socket is open: a descendant
+			// holds it. The group is killed and the connection closed,
+			// which the loop reports (gone).
+			exited = nil
+			ch.signal(syscall.SIGKILL)
+			l.loops.Run(l.home, func() {
+				if l.wc != nil {
+					l.wc.Close()
+				}
+			})
 		case now := <-tick.C:
 			l.loops.Run(l.home, func() { l.sweep(now.UnixNano()) })
 		case <-s.u.quit:
@@ -199,12 +214,12 @@ var _ Wire = (*link)(nil)
 type reading struct {
 	lines codec.LineReader // NDJSON
 	// WebSocket: the message being assembled from fragments, whether it
-	// is text and over the limit, and the bytes of a dropped frame's
+	// is text, its size so far, and the bytes of a dropped binary frame's
 	// payload still to skip.
-	msg     []byte
-	inText  bool
-	tooLong bool
-	skip    int64
+	msg    []byte
+	inText bool
+	size   int // bytes of the message so far (binary ones are not kept)
+	skip   int64
 }
 
 // Open implements Wire: the link takes calls.
@@ -232,6 +247,9 @@ func (l *link) Closed(error) {
 func (l *link) Output() []byte {
 	l.mu.Lock()
 	out := l.out
+	if l.wc != nil {
+		l.notePeak(len(out) + l.wc.Buffered())
+	}
 	l.out = out[:0]
 	if cap(out) > 1<<20 {
 		l.out = nil // a burst's buffer is not kept
@@ -288,12 +306,17 @@ func (l *link) readLines(in []byte, max int) int {
 // errUpstreamClosedWS ends a WebSocket link whose upstream sent a close.
 var errUpstreamClosedWS = errors.New("upstream closed the WebSocket")
 
+// errUpstreamTooBig ends a WebSocket link whose upstream sent a message
+// over Config.MaxMessageBytes.
+var errUpstreamTooBig = errors.New("upstream sent a WebSocket message over the size limit")
+
 // readFrames applies the complete WebSocket frames of in and returns how
 // many bytes it consumed: text messages go to handle; pings are answered;
-// binary and oversized messages are dropped (their payload skipped as it
-// arrives, never buffered); a close or a malformed control frame ends the
-// connection. A data frame is consumed once all of it has arrived: at most
-// max bytes of payload wait in the loop's input buffer.
+// binary messages are dropped (their payload skipped as it arrives, never
+// buffered); a message over max bytes is answered a close 1009 and ends
+// the connection (errUpstreamTooBig), as do a close and a malformed
+// control frame. A data frame is consumed once all of it has arrived: at
+// most max bytes of payload wait in the loop's input buffer.
 func (l *link) readFrames(in []byte, max int) (int, error) {
 	rd := &l.rd
 	n := 0
@@ -334,6 +357,7 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 				l.mu.Lock()
 				if l.up_ {
 					l.out = appendFrame(l.out, ws.OpPong, p)
+					l.owedLocked() // an upstream that pings and never reads is closed
 				}
 				l.mu.Unlock()
 				l.signal()
@@ -341,15 +365,26 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			continue
 		}
 		if h.OpCode != ws.OpContinuation {
-			rd.msg, rd.tooLong, rd.inText = rd.msg[:0], false, h.OpCode == ws.OpText
+			rd.msg, rd.size, rd.inText = rd.msg[:0], 0, h.OpCode == ws.OpText
 		}
-		if rd.tooLong || h.Length > int64(max-len(rd.msg)) || !rd.inText { // no overflow: len(msg) <= max
-			if !rd.tooLong && rd.inText {
-				l.drop(dropTooLong)
-			} else if !rd.inText && h.OpCode == ws.OpBinary {
+		if h.Length > int64(max-rd.size) { // no overflow: size <= max
+			// Over the limit: closed 1009 (RFC 6455 section 7.4.1), as
+			// a client's is. Skipping the rest would wedge the link for
+			// as long as the header claims, up to 2^63 bytes.
+			l.drop(dropTooLong)
+			l.mu.Lock()
+			if l.up_ {
+				l.out = appendCloseFrame(l.out, ws.StatusMessageTooBig)
+			}
+			l.mu.Unlock()
+			l.signal()
+			return n, errUpstreamTooBig
+		}
+		rd.size += int(h.Length)
+		if !rd.inText {
+			if h.OpCode == ws.OpBinary {
 				l.drop(dropBadJSON)
 			}
-			rd.tooLong = rd.inText
 			n += hs
 			rd.skip = h.Length
 			continue
@@ -437,26 +472,36 @@ func startExec(u *Upstream, argv []string) (net.Conn, *child, error) {
 	defer theirs.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout = theirs, theirs
-	stderr, err := cmd.StderrPipe()
+	// Its own process group, so that its descendants are signalled with
+	// it (child.signal): one that keeps the socket or stderr open would
+	// otherwise outlive it and keep edge from noticing its exit.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stderr is a pipe of edge's own, not cmd.StderrPipe: Wait would wait
+	// for it to be read out, which a descendant holding it open prevents.
+	stderr, errw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
+	cmd.Stderr = errw
 	c, err := net.FileConn(mine)
 	if err != nil {
+		stderr.Close()
+		errw.Close()
 		return nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	errw.Close() // the child's copy is the only writer left
+	if err != nil {
+		stderr.Close()
 		c.Close()
 		return nil, nil, err
 	}
 	ch := &child{cmd: cmd, done: make(chan struct{})}
-	logged := make(chan struct{})
 	go func() {
-		defer close(logged)
+		defer stderr.Close()
 		u.relayStderr(stderr, cmd.Process.Pid)
 	}()
 	go func() {
-		<-logged // Wait closes the pipe: read it out first
 		err := cmd.Wait()
 		u.log.Info("upstream process exited", "upstream", u.name, "pid", cmd.Process.Pid, "status", exitStatus(err))
 		close(ch.done)
@@ -531,8 +576,12 @@ func exitStatus(err error) string {
 
 // shutdown waits up to timeout for the child to exit (it has EOF on its
 // stdin), then sends SIGTERM and waits up to timeout again, then SIGKILL,
-// and returns once it has been waited for (CONTRACT.md section 10).
+// each to its process group, and returns once it has been waited for
+// (CONTRACT.md section 10) and what was left of its group killed.
 func (c *child) shutdown(timeout time.Duration) {
+	// Whatever of its process group outlives it (a descendant holding
+	// its stdout, say) is killed with it.
+	defer c.signal(syscall.SIGKILL)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -540,15 +589,21 @@ func (c *child) shutdown(timeout time.Duration) {
 		return
 	case <-t.C:
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	c.signal(syscall.SIGTERM)
 	t.Reset(timeout)
 	select {
 	case <-c.done:
 		return
 	case <-t.C:
 	}
-	_ = c.cmd.Process.Kill()
+	c.signal(syscall.SIGKILL)
 	<-c.done
+}
+
+// signal sends sig to the child's process group: the child and every
+// descendant that stayed in it.
+func (c *child) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-c.cmd.Process.Pid, sig)
 }
 
 // wholeFrames reports whether b is a sequence of complete WebSocket frames.

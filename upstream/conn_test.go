@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,8 +41,8 @@ func TestWSReaderHugeFrameLengths(t *testing.T) {
 		{"close claiming 2^63-1 bytes", append([]byte{0x88}, huge...), ws.ErrProtocolControlPayloadOverflow},
 		{"fragmented ping", []byte{0x09, 1, 'p'}, ws.ErrProtocolControlNotFinal},
 		{"continuation claiming 2^63-1 bytes after one byte",
-			append([]byte{0x01, 1, '{', 0x80}, huge...), nil},
-		{"text claiming 2^63-1 bytes", append([]byte{0x81}, huge...), nil},
+			append([]byte{0x01, 1, '{', 0x80}, huge...), errUpstreamTooBig},
+		{"text claiming 2^63-1 bytes", append([]byte{0x81}, huge...), errUpstreamTooBig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +52,67 @@ func TestWSReaderHugeFrameLengths(t *testing.T) {
 			_, err := feed(l, tt.in, 7)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Traffic: %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestWSUpstreamHugeFrameCloses is the regression test of issue 24 item 5's
+// wedged WebSocket link: a data frame whose header claims more than
+// MaxMessageBytes (2^62 bytes, say) was skipped as its payload arrived, so
+// the link read the upstream's bytes as that payload for as long as the
+// header claimed, forever, answering nothing. It is closed instead, with a
+// close frame 1009 (RFC 6455 section 7.4.1, as a client's message over the
+// limit), and the drop is counted; the supervisor redials (Closed). A
+// message within the limit, in one frame or two, is still served, and a
+// binary one within it is still dropped and skipped.
+func TestWSUpstreamHugeFrameCloses(t *testing.T) {
+	const max = 1 << 10
+	claim := func(op byte, n uint64) []byte {
+		return []byte{op, 127, byte(n >> 56), byte(n >> 48), byte(n >> 40), byte(n >> 32), byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	}
+	frag := append([]byte{0x01, 126, 0x03, 0x00}, make([]byte, 768)...) // 768 bytes, not final
+	tests := []struct {
+		name    string
+		in      []byte
+		wantErr error
+	}{
+		{"text claiming 2^62 bytes", claim(0x81, 1<<62), errUpstreamTooBig},
+		{"binary claiming 2^62 bytes", claim(0x82, 1<<62), errUpstreamTooBig},
+		{"text of max+1 bytes", claim(0x81, max+1), errUpstreamTooBig},
+		{"continuation taking the message over max", append(frag, claim(0x80, max-768+1)...), errUpstreamTooBig},
+		{"binary of max bytes, then a text", append(append(claim(0x82, max), make([]byte, max)...), appendFrame(nil, ws.OpText, []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))...), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := testUpstream(nil, Config{MaxMessageBytes: max})
+			l := newLink(u, "t", appendClientFrame, true)
+			l.open()
+			c := &recCall{method: "edge/echo"}
+			l.forward(c, 0)
+			l.Output()
+			_, err := feed(l, tt.in, 7)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Traffic: %v, want %v", err, tt.wantErr)
+			}
+			out := l.Output()
+			if tt.wantErr == nil {
+				if len(out) != 0 || len(c.result) != 1 {
+					t.Fatalf("wrote %q, the call finished %q: want nothing written and the call answered", out, c.result)
+				}
+				return
+			}
+			h, err := ws.ReadHeader(bytes.NewReader(out))
+			if err != nil || h.OpCode != ws.OpClose || h.Length != 2 {
+				t.Fatalf("wrote %q (%+v, %v), want one close frame", out, h, err)
+			}
+			p := out[len(out)-2:]
+			ws.Cipher(p, h.Mask, 0)
+			if code := ws.StatusCode(p[0])<<8 | ws.StatusCode(p[1]); code != ws.StatusMessageTooBig {
+				t.Fatalf("close code %d, want 1009", code)
+			}
+			if u.Dropped() != 1 {
+				t.Fatalf("Dropped() %d, want 1", u.Dropped())
 			}
 		})
 	}

@@ -1,9 +1,15 @@
 package upstream
 
 import (
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +143,65 @@ func tail(s string) string {
 		return "..." + s[len(s)-2000:]
 	}
 	return s
+}
+
+// TestExecDescendantHoldsStdout is the regression test of issue 24 item 5's
+// exec child that was never restarted: the child starts a descendant that
+// inherits its stdout (the socket to edge) and stderr, then exits. edge
+// saw no EOF on the socket, and waited for stderr to be read out before
+// reaping the child, so it never noticed the exit and never restarted it.
+// The child now runs in its own process group: its exit is noticed, the
+// group (the descendant) is killed, and the child is started again.
+func TestExecDescendantHoldsStdout(t *testing.T) {
+	dir := t.TempDir()
+	starts, sleepers := filepath.Join(dir, "starts"), filepath.Join(dir, "sleepers")
+	r, err := ParseURL(`exec:sh -c "echo $$ >>` + starts + `; sleep 30 & echo $! >>` + sleepers + `; exit 0"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // whatever a failed run left
+		for _, pid := range pidsIn(sleepers) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	u := New("child", []Replica{r}, Config{KillTimeout: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	u.Start()
+	defer u.Close()
+	poll.Until(t, 5*time.Second, "the child started a second time", func() (bool, string) {
+		n := len(pidsIn(starts))
+		return n >= 2, fmt.Sprintf("%d starts", n)
+	})
+	first := pidsIn(sleepers)[0]
+	poll.Until(t, 5*time.Second, "the first child's descendant killed", func() (bool, string) {
+		return !alive(first), fmt.Sprintf("pid %d alive", first)
+	})
+	u.Close()
+	for _, pid := range pidsIn(sleepers) {
+		poll.Until(t, 5*time.Second, "every descendant killed by Close", func() (bool, string) {
+			return !alive(pid), fmt.Sprintf("pid %d alive", pid)
+		})
+	}
+}
+
+// pidsIn reads the process ids a test child wrote to file, one a line.
+func pidsIn(file string) []int {
+	b, _ := os.ReadFile(file)
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// alive reports whether process pid runs (a zombie does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
 }

@@ -108,10 +108,11 @@ type goConn struct {
 	// closed is set on the loop once Closed has been called.
 	closed bool // loop-owned
 
-	mu   sync.Mutex
-	out  []byte        // guarded by mu: for the writer
-	wake chan struct{} // cap 1
-	quit chan struct{} // closed by the reader when it ends
+	mu      sync.Mutex
+	out     []byte        // guarded by mu: for the writer
+	writing int           // guarded by mu: bytes the writer took and has not written yet
+	wake    chan struct{} // cap 1
+	quit    chan struct{} // closed by the reader when it ends
 }
 
 // read reads until the connection fails and hands the bytes to the Wire on
@@ -159,8 +160,13 @@ func (gc *goConn) write() {
 		gc.mu.Lock()
 		out := gc.out
 		gc.out = spare[:0]
+		gc.writing = len(out)
 		gc.mu.Unlock()
-		if _, err := gc.c.Write(out); err != nil {
+		_, err := gc.c.Write(out)
+		gc.mu.Lock()
+		gc.writing = 0
+		gc.mu.Unlock()
+		if err != nil {
 			gc.c.Close()
 			return
 		}
@@ -185,11 +191,12 @@ func (gc *goConn) Dirty() {
 	}
 }
 
-// Buffered implements WireConn.
+// Buffered implements WireConn: what waits for the writer and what it is
+// writing.
 func (gc *goConn) Buffered() int {
 	gc.mu.Lock()
 	defer gc.mu.Unlock()
-	return len(gc.out)
+	return len(gc.out) + gc.writing
 }
 
 // Write implements WireConn.

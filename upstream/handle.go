@@ -63,6 +63,7 @@ func (l *link) refuse(id []byte) {
 	l.mu.Lock()
 	if l.up_ {
 		l.appendLocked(msg)
+		l.owedLocked() // an upstream that asks and never reads is closed
 	}
 	l.mu.Unlock()
 	l.signal()

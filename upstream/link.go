@@ -59,6 +59,10 @@ type link struct {
 	wake    chan struct{} // cap 1: output or a state change for the NATS writer
 
 	inflight atomic.Int64 // calls sent, establishing or dropped (callState.inFlight), for replica choice
+	// peak is the most output a byte-stream link has held for its
+	// upstream (backlogLocked), as seen at a flush, at the owed output
+	// and at the sweep: Stats.PendingPeak.
+	peak atomic.Int64
 	// opens counts Open calls, so that the supervisor tells a connection
 	// its loop took from one it did not.
 	opens atomic.Uint64
@@ -76,6 +80,14 @@ type link struct {
 	rd   reading
 	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
 	gone chan struct{} // cap 1: the loop closed the connection
+	// over is set when output the upstream is owed (owedLocked) took the
+	// backlog over Config.MaxPendingBytes: signal closes the connection.
+	over bool
+	// stallSince is when the backlog was last seen to shrink (or to
+	// start), lastPending the backlog then; 0 while there is none
+	// (stalled).
+	stallSince  int64
+	lastPending int
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
@@ -98,6 +110,8 @@ func (l *link) signal() {
 	if l.nats == nil {
 		switch {
 		case l.wc == nil:
+		case l.over:
+			l.overflow(closeOverPending)
 		case len(l.out) >= writeAt:
 			l.wc.Write(l.Output())
 		default:
@@ -228,6 +242,7 @@ func (l *link) cancelLocked(e *entry) {
 		}
 	case l.cancels && e.stream == nil:
 		l.appendLocked(appendCancelRequest(nil, e.id))
+		l.owedLocked()
 	}
 }
 
@@ -246,6 +261,7 @@ func (l *link) subCancelLocked(e *entry, lingers bool) {
 		if l.up_ {
 			l.enc = appendUnsubscribe(l.enc[:0], id, ns, e.upSub)
 			l.appendLocked(l.enc)
+			l.owedLocked()
 		}
 		return
 	}
@@ -257,6 +273,7 @@ func (l *link) subCancelLocked(e *entry, lingers bool) {
 		}
 	default:
 		l.appendLocked(appendSubCancel(nil, e.upSub))
+		l.owedLocked()
 	}
 }
 
@@ -278,6 +295,75 @@ func (l *link) appendLocked(msg []byte) {
 		return
 	}
 	l.out = append(append(l.out, msg...), '\n')
+}
+
+// owedLocked takes note of output the link just queued that it owes the
+// upstream and cannot refuse as it refuses a call (CONTRACT.md section 6,
+// as for a client's answers): an answer to the upstream's request, a pong, a
+// cancel. Over Config.MaxPendingBytes of backlog the upstream is not
+// reading: the connection is to be closed (over; signal closes it), so
+// that an upstream that sends and never reads cannot grow edge's memory.
+// Called with mu held, on the link's loop.
+func (l *link) owedLocked() {
+	if l.nats != nil {
+		return
+	}
+	n := l.backlogLocked()
+	l.notePeak(n)
+	if n > l.up.cfg.MaxPendingBytes {
+		l.over = true
+	}
+}
+
+// notePeak records a backlog of n bytes in peak.
+func (l *link) notePeak(n int) {
+	if int64(n) > l.peak.Load() {
+		l.peak.Store(int64(n)) // one writer: the link's loop
+	}
+}
+
+// Why a byte-stream link closed its connection itself.
+const (
+	closeOverPending = "pending output over --upstream-max-pending-bytes"
+	closeStalled     = "pending output stalled for --upstream-write-stall-timeout"
+)
+
+// overflow closes the connection of an upstream that does not read what
+// edge writes to it (why): counted (Stats.SlowClosed) and logged once; the
+// calls on it end at once as when the connection is lost (fail: those in
+// flight UPSTREAM_UNAVAILABLE, subscriptions UPSTREAM_LOST), and the
+// supervisor reconnects with back-off once the loop has closed it. Runs on
+// the link's loop.
+func (l *link) overflow(why string) {
+	l.mu.Lock()
+	pending := l.backlogLocked()
+	l.mu.Unlock()
+	l.over = false
+	l.stallSince, l.lastPending = 0, 0
+	l.up.slowClosed.Add(1)
+	l.up.log.Warn("upstream connection closed: it does not read", "upstream", l.up.name,
+		"conn", l.desc, "why", why, "pendingBytes", pending)
+	l.fail()
+	l.wc.Close()
+}
+
+// stalledLocked reports whether the backlog has made no progress for
+// Config.WriteStallTimeout at now (unix nanoseconds), as a client's
+// pending output is judged (CONTRACT.md section 6). Called by the sweep
+// with mu held.
+func (l *link) stalledLocked(now int64) bool {
+	pending := l.backlogLocked()
+	l.notePeak(pending)
+	switch {
+	case pending == 0:
+		l.stallSince, l.lastPending = 0, 0
+		return false
+	case l.lastPending == 0 || pending < l.lastPending:
+		l.stallSince, l.lastPending = now, pending
+		return false
+	}
+	l.lastPending = pending
+	return time.Duration(now-l.stallSince) >= l.up.cfg.WriteStallTimeout
 }
 
 func appendCancelRequest(dst []byte, id uint64) []byte {
@@ -307,6 +393,8 @@ func (l *link) open() bool {
 	l.calls = newCallTable()
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
+	l.over = false
+	l.stallSince, l.lastPending = 0, 0
 	return true
 }
 
@@ -355,10 +443,16 @@ const maxExpired = 1 << 16
 // forgets the lingering entries whose second timeout passed: it looks at
 // those entries only, in deadline order. On a NATS link it also probes
 // every worker that holds calls, so that a worker that died is noticed
-// within a sweep (workerGone).
+// within a sweep (workerGone). On a byte-stream link it first closes a
+// connection whose output has stalled (stalledLocked, overflow).
 func (l *link) sweep(now int64) {
 	var fs []finish
 	l.mu.Lock()
+	if l.nats == nil && l.up_ && l.wc != nil && l.stalledLocked(now) {
+		l.mu.Unlock()
+		l.overflow(closeStalled)
+		return
+	}
 	for e := l.calls.due(now); e != nil; e = l.calls.due(now) {
 		if f := l.expireLocked(e, now); f.c != nil {
 			fs = append(fs, f)
@@ -371,7 +465,7 @@ func (l *link) sweep(now int64) {
 		}
 	}
 	l.mu.Unlock()
-	if probed || len(fs) > 0 {
+	if probed || len(fs) > 0 || l.over {
 		l.signal()
 	}
 	for _, f := range fs {

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"crypto/rand"
 	"errors"
 	"strconv"
 	"strings"
@@ -27,10 +28,20 @@ import (
 // subscription (_INBOX.<nuid>.>) and are applied on nats.go's delivery
 // goroutine for it, correlated by the id the reply subject ends with.
 
+// dropSpoofed is why a NATS message was dropped that names a call or a
+// worker it cannot be about: another worker's "accepted" or answer for a
+// call a worker took, a no-responders status after a worker took the call,
+// a probe reply without the link's secret.
+const dropSpoofed = "a NATS message naming a call or a worker it cannot be about"
+
 // natsLink is the NATS side of a nats:// link.
 type natsLink struct {
 	prefix string // immutable: PREFIX, the workers' queue group
 	inbox  string // immutable: _INBOX.<nuid>, root of the link's reply subjects
+	// probe is a secret of the link's in its probes' reply subjects
+	// (probeLocked), so that no other client of the NATS server can fake
+	// the no-responders status that says a worker is gone. Immutable.
+	probe string
 	// subjects holds PREFIX.<method> by method, so that a call builds no
 	// subject; guarded by the link's mu, at most maxSubjects entries.
 	subjects map[string]string
@@ -105,10 +116,18 @@ func (n *natsLink) subCancelLocked(l *link, worker, upSub string) {
 
 // probeLocked queues an empty probe of worker on its alive subject, with a
 // reply subject the NATS server answers no-responders on once the worker's
-// connection is gone (package wire). Called with l.mu held.
+// connection is gone (package wire): _INBOX.<nuid>.w.<secret>.<worker>, the
+// secret the link's own (natsLink.probe): the inbox and the worker ids are
+// known to every worker, and a no-responders on a guessable subject would
+// let any of them fail every call another worker holds. Called with l.mu
+// held.
 func (n *natsLink) probeLocked(l *link, worker string) {
-	l.queueLocked(natsPub{subject: wire.AliveSubject(n.prefix, worker), reply: n.inbox + "." + wire.ProbeToken + worker})
+	l.queueLocked(natsPub{subject: wire.AliveSubject(n.prefix, worker), reply: n.inbox + "." + wire.ProbeToken + n.probe + "." + worker})
 }
+
+// newProbeSecret returns a natsLink.probe: 128 random bits, one subject
+// token.
+func newProbeSecret() string { return rand.Text() }
 
 // notifyLocked queues a notification on PREFIX.<method>, with no reply
 // subject: no answer comes back. Called with l.mu held.
@@ -156,18 +175,46 @@ func (l *link) refused(id uint64) {
 	f.do()
 }
 
-// accepted records that worker took call id; a cancel that came before it
-// knew whom to tell is sent now (the call was dropped, or timed out).
-func (l *link) accepted(id uint64, worker string) {
+// noResponders applies the NATS server's no-responders status on call id's
+// reply subject: nobody took the call (refused). Once a worker has said it
+// took the call, that status cannot come from the server: it is another
+// client's, spoofed, and is dropped and counted, so that nobody but the
+// call's worker ends it.
+func (l *link) noResponders(id uint64) {
+	l.mu.Lock()
+	e := l.calls.get(id)
+	spoofed := e != nil && e.worker != ""
+	l.mu.Unlock()
+	if spoofed {
+		l.drop(dropSpoofed)
+		return
+	}
+	l.refused(id)
+}
+
+// accepted records that worker took call id and reports whether the
+// message may go on to be applied: false (dropped and counted) when another
+// worker already said it took the call, which a second "accepted" or an
+// answer naming another worker cannot undo. A cancel that came before the
+// link knew whom to tell is sent now (the call was dropped, or timed out).
+func (l *link) accepted(id uint64, worker string) bool {
 	if !validToken(worker) || strings.IndexByte(worker, '.') >= 0 {
 		l.drop(dropBadJSON)
-		return
+		return false
 	}
 	l.mu.Lock()
 	e := l.calls.get(id)
-	if e == nil || e.worker != "" {
+	switch {
+	case e == nil:
 		l.mu.Unlock()
-		return
+		return true // an answer to nothing: dropped as such, if it is one
+	case e.worker == worker:
+		l.mu.Unlock()
+		return true
+	case e.worker != "":
+		l.mu.Unlock()
+		l.drop(dropSpoofed)
+		return false
 	}
 	l.calls.setWorker(e, worker)
 	if e.state == callDropped || e.state == callExpired {
@@ -175,6 +222,7 @@ func (l *link) accepted(id uint64, worker string) {
 	}
 	l.mu.Unlock()
 	l.signal()
+	return true
 }
 
 // workerGone settles everything worker held, as a broken connection settles
@@ -222,8 +270,12 @@ func (l *link) natsMessage(m *nats.Msg) {
 	if rest == wire.EdgeAliveToken {
 		return // a worker's probe: being subscribed is the answer
 	}
-	if worker, ok := strings.CutPrefix(rest, wire.ProbeToken); ok {
-		if m.Header != nil && m.Header.Get(wire.Status) == wire.NoResponders {
+	if probe, ok := strings.CutPrefix(rest, wire.ProbeToken); ok {
+		worker, ok := strings.CutPrefix(probe, l.nats.probe+".")
+		switch {
+		case !ok:
+			l.drop(dropSpoofed) // not a reply to a probe of the link's
+		case m.Header != nil && m.Header.Get(wire.Status) == wire.NoResponders:
 			l.workerGone(worker)
 		}
 		return
@@ -236,12 +288,11 @@ func (l *link) natsMessage(m *nats.Msg) {
 	}
 	if !stream && m.Header != nil {
 		if m.Header.Get(wire.Status) == wire.NoResponders && len(m.Data) == 0 {
-			l.refused(id)
+			l.noResponders(id)
 			return
 		}
 		if w := m.Header.Get(wire.Worker); w != "" {
-			l.accepted(id, w)
-			if len(m.Data) == 0 {
+			if !l.accepted(id, w) || len(m.Data) == 0 {
 				return
 			}
 		}
@@ -360,6 +411,10 @@ func (s *natsSupervisor) run() {
 		nats.CustomReconnectDelay(func(attempts int) time.Duration { return s.u.backoff(attempts - 1) }),
 		nats.ReconnectBufSize(-1), // nothing queues while down (CONTRACT.md section 10)
 		nats.Timeout(dialTimeout),
+		// A silent server is noticed within 3 s (its calls failed, the
+		// connection redialled), as the topics' is.
+		nats.PingInterval(wire.PingInterval),
+		nats.MaxPingsOutstanding(wire.MaxPingsOut),
 		nats.ConnectHandler(up),
 		nats.ReconnectHandler(up),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -43,6 +43,14 @@ type Stats struct {
 	// http replica that is up had --upstream-http-conns requests in
 	// flight.
 	NotificationsDropped uint64
+	// SlowClosed counts the exec, tcp and ws connections closed because
+	// the upstream did not read their output: over
+	// Config.MaxPendingBytes, or stalled for Config.WriteStallTimeout.
+	SlowClosed uint64
+	// PendingPeak is the most output one of its exec, tcp or ws
+	// connections has held for the upstream, in bytes (as seen at each
+	// write, at output the upstream is owed, and at each sweep).
+	PendingPeak int64
 }
 
 // counters are an upstream's call counters. They are counted where a call
@@ -73,6 +81,10 @@ func (u *Upstream) Stats() Stats {
 	}
 	st.Duration = u.counters.duration.Load()
 	st.NotificationsDropped = u.counters.notesDropped.Load()
+	st.SlowClosed = uint64(u.slowClosed.Load())
+	for _, l := range u.links {
+		st.PendingPeak = max(st.PendingPeak, l.peak.Load())
+	}
 	return st
 }
 

@@ -38,10 +38,18 @@ type Config struct {
 	// MaxHeaderBytes caps the head of an http upstream's response
 	// [16 KiB]: a longer one fails the call UPSTREAM_UNAVAILABLE.
 	MaxHeaderBytes int
-	// MaxPendingBytes is the most output a connection holds for an
-	// upstream that does not read; calls beyond it are answered
-	// UPSTREAM_UNAVAILABLE [16 MiB].
+	// MaxPendingBytes is the most output an exec, tcp or ws connection
+	// holds for an upstream that does not read [16 MiB] (CONTRACT.md
+	// section 6, as a client's hard cap): a call beyond it is answered
+	// UPSTREAM_UNAVAILABLE; output edge owes the upstream (the answer to
+	// its request, a pong, a cancel) that takes it beyond closes the
+	// connection (its calls end UPSTREAM_UNAVAILABLE, its subscriptions
+	// UPSTREAM_LOST) and it reconnects with back-off.
 	MaxPendingBytes int
+	// WriteStallTimeout closes an exec, tcp or ws connection whose pending
+	// output has made no progress for this long, as MaxPendingBytes does
+	// [10s].
+	WriteStallTimeout time.Duration
 	// KillTimeout is how long an exec child gets after EOF on its stdin,
 	// and again after SIGTERM, before the next step [2s].
 	KillTimeout time.Duration
@@ -64,6 +72,7 @@ const (
 	DefaultBackoffMax      = 10 * time.Second
 	DefaultMaxMessageBytes = 1 << 20
 	DefaultMaxPendingBytes = 16 << 20
+	DefaultWriteStall      = 10 * time.Second
 	DefaultKillTimeout     = 2 * time.Second
 	DefaultStderrRate      = 100
 )
@@ -95,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPendingBytes <= 0 {
 		c.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	if c.WriteStallTimeout <= 0 {
+		c.WriteStallTimeout = DefaultWriteStall
 	}
 	if c.KillTimeout <= 0 {
 		c.KillTimeout = DefaultKillTimeout
@@ -253,10 +265,13 @@ type Upstream struct {
 	own     *goLoop      // the fallback loop of Start, nil under StartOn
 	dropped atomic.Int64 // upstream messages dropped (CONTRACT.md section 10)
 	late    atomic.Int64 // answers to calls that had timed out
-	next    atomic.Uint32
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	stop    sync.Once
+	// slowClosed counts the connections closed for output the upstream
+	// did not read (link.overflow).
+	slowClosed atomic.Int64
+	next       atomic.Uint32
+	quit       chan struct{}
+	wg         sync.WaitGroup
+	stop       sync.Once
 
 	// counters count forwarded calls by outcome (stats.go).
 	counters counters
@@ -277,7 +292,7 @@ func New(name string, replicas []Replica, cfg Config) *Upstream {
 			// One nats.go connection per replica: it multiplexes every
 			// call, and reconnects by itself.
 			l := newLink(u, r.String(), nil, false)
-			l.nats = &natsLink{prefix: r.Prefix, inbox: nats.NewInbox()}
+			l.nats = &natsLink{prefix: r.Prefix, inbox: nats.NewInbox(), probe: newProbeSecret()}
 			u.links = append(u.links, l)
 			u.sups = append(u.sups, &natsSupervisor{u: u, l: l, r: r})
 		default:

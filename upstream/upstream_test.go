@@ -283,7 +283,7 @@ func TestBackoffBounds(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
 	want := Config{Conns: DefaultConns, HTTPConns: DefaultHTTPConns, Timeout: DefaultTimeout, BackoffMin: DefaultBackoffMin, BackoffMax: DefaultBackoffMax,
-		MaxMessageBytes: DefaultMaxMessageBytes, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxPendingBytes: DefaultMaxPendingBytes, KillTimeout: DefaultKillTimeout, StderrRate: DefaultStderrRate, Logger: c.Logger}
+		MaxMessageBytes: DefaultMaxMessageBytes, MaxHeaderBytes: DefaultMaxHeaderBytes, MaxPendingBytes: DefaultMaxPendingBytes, WriteStallTimeout: DefaultWriteStall, KillTimeout: DefaultKillTimeout, StderrRate: DefaultStderrRate, Logger: c.Logger}
 	if c != want || c.Logger == nil {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}

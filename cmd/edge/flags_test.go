@@ -30,6 +30,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"spare-output-bytes", c.SpareOutputBytes, loop.DefaultSpareOutput},
 		{"outbound-soft-bytes", c.OutboundSoftBytes, loop.DefaultOutboundSoft},
 		{"outbound-hard-bytes", c.OutboundHardBytes, loop.DefaultOutboundHard},
+		{"max-parked-bytes", c.MaxParkedBytes, 256 << 20},
 		{"max-conn-tasks", o.maxConn, rpc.DefaultMaxConnTasks},
 		{"subscription-buffer", o.subBuffer, rpc.DefaultSubscriptionBuffer},
 		{"upstream-conns", o.upstream.Conns, upstream.DefaultConns},
@@ -40,6 +41,8 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"handshake-queue", c.HandshakeQueue, loop.DefaultHandshakeQueue},
 		{"log-buffer-bytes", o.logBuffer, loop.DefaultLogBufferBytes},
 		{"upstream-stderr-rate", o.upstream.StderrRate, upstream.DefaultStderrRate},
+		{"upstream-max-pending-bytes", o.upstream.MaxPendingBytes, 16 << 20},
+		{"upstream-write-stall-timeout (s)", int(o.upstream.WriteStallTimeout.Seconds()), 10},
 		{"handshake-silent-timeout (s)", int(c.HandshakeSilentTimeout.Seconds()), 3},
 	} {
 		if f.got != f.want {
@@ -55,7 +58,8 @@ func TestParseFlagsRejectsNegativeLimits(t *testing.T) {
 		"spare-output-bytes", "outbound-soft-bytes", "outbound-hard-bytes", "handshake-timeout",
 		"max-conn-tasks", "max-tasks", "subscription-buffer", "worker-idle",
 		"upstream-conns", "upstream-http-conns", "upstream-timeout", "upstream-backoff-max", "max-batch",
-		"handshake-queue", "handshake-silent-timeout", "log-buffer-bytes", "upstream-stderr-rate"} {
+		"handshake-queue", "handshake-silent-timeout", "log-buffer-bytes", "upstream-stderr-rate",
+		"upstream-max-pending-bytes", "upstream-write-stall-timeout", "max-parked-bytes"} {
 		val := "-1"
 		if strings.HasSuffix(name, "timeout") || name == "worker-idle" || name == "upstream-backoff-max" {
 			val = "-1s"

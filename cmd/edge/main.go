@@ -197,6 +197,7 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&c.ReadBufferBytes, "read-buffer-bytes", loop.DefaultReadBufferBytes, "per-loop socket read buffer size")
 	fs.IntVar(&c.OutboundSoftBytes, "outbound-soft-bytes", loop.DefaultOutboundSoft, "pending outbound bytes above which a connection's reads pause and subscription events are held")
 	fs.IntVar(&c.OutboundHardBytes, "outbound-hard-bytes", loop.DefaultOutboundHard, "pending outbound bytes above which a connection is closed with 1008")
+	fs.IntVar(&c.MaxParkedBytes, "max-parked-bytes", loop.DefaultMaxParked, "bytes of WebSocket messages still arriving (partly received) that all connections together may hold; a connection whose message takes the total over it is closed with 1013 (at least twice --max-message-bytes)")
 	fs.DurationVar(&c.WriteStallTimeout, "write-stall-timeout", loop.DefaultWriteStall, "pending output with no progress for this long closes the connection with 1008")
 	fs.IntVar(&o.subBuffer, "subscription-buffer", rpc.DefaultSubscriptionBuffer, "undelivered events a subscription may hold before it is closed SLOW_CONSUMER")
 	fs.IntVar(&o.subBufferBytes, "subscription-buffer-bytes", rpc.DefaultSubscriptionBufferBytes, "cap on the bytes of a subscription's undelivered events")
@@ -224,6 +225,8 @@ func defineFlags(fs *flag.FlagSet, o *options) (secret map[string]bool) {
 	fs.IntVar(&o.upstream.HTTPConns, "upstream-http-conns", upstream.DefaultHTTPConns, "requests in flight at most to one http upstream replica (each its own connection); a call over it gets SERVER_BUSY, a notification over it is dropped and counted")
 	fs.DurationVar(&o.upstream.Timeout, "upstream-timeout", upstream.DefaultTimeout, "a forwarded call not answered in this time gets UPSTREAM_TIMEOUT")
 	fs.DurationVar(&o.upstream.BackoffMax, "upstream-backoff-max", upstream.DefaultBackoffMax, "longest wait between reconnects to an upstream (from 100ms, doubling, with jitter)")
+	fs.IntVar(&o.upstream.MaxPendingBytes, "upstream-max-pending-bytes", upstream.DefaultMaxPendingBytes, "output an exec, tcp or ws upstream connection may hold unread: a call beyond it gets UPSTREAM_UNAVAILABLE; an answer to the upstream's own request, a pong or a cancel beyond it closes the connection (its calls UPSTREAM_UNAVAILABLE, subscriptions UPSTREAM_LOST) and it reconnects")
+	fs.DurationVar(&o.upstream.WriteStallTimeout, "upstream-write-stall-timeout", upstream.DefaultWriteStall, "an exec, tcp or ws upstream connection whose pending output makes no progress for this long is closed and reconnects")
 	fs.IntVar(&o.upstream.StderrRate, "upstream-stderr-rate", upstream.DefaultStderrRate, "stderr lines of an exec upstream logged per second (a burst of as many); the excess is counted and reported with the next line")
 	fs.StringVar(&o.topics.URL, "nats", "", "NATS server `URL` (nats://HOST:PORT): edge/publish on any edge reaches the edge/topic subscribers of every edge (off when empty)")
 	fs.StringVar(&o.topics.Prefix, "nats-prefix", topics.DefaultPrefix, "subject prefix of the topics over --nats: topic NAME is the subject PREFIX.topic.NAME")
@@ -298,6 +301,12 @@ func (o *options) check() []error {
 	}
 	if o.upstream.BackoffMax <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-backoff-max %s must be positive", o.upstream.BackoffMax))
+	}
+	if o.upstream.MaxPendingBytes <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-max-pending-bytes %d must be positive", o.upstream.MaxPendingBytes))
+	}
+	if o.upstream.WriteStallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("upstream-write-stall-timeout %s must be positive", o.upstream.WriteStallTimeout))
 	}
 	if o.upstream.StderrRate <= 0 {
 		errs = append(errs, fmt.Errorf("upstream-stderr-rate %d must be positive", o.upstream.StderrRate))

@@ -35,6 +35,20 @@
 // gone: the worker cancels what it runs for that edge.
 package wire
 
+import "time"
+
+// The liveness of a connection to the NATS server, for nats.go's
+// PingInterval and MaxPingsOutstanding options, the same for every
+// connection edge makes (the nats:// upstreams, the topics): a server that
+// goes silent without closing the connection (a stall, a partition) is
+// noticed within (MaxPingsOut+1) x PingInterval, 3 s, instead of nats.go's
+// default of 2 minutes and 2 pings, and the connection is failed and
+// redialled.
+const (
+	PingInterval = time.Second
+	MaxPingsOut  = 2
+)
+
 // Headers.
 const (
 	// Worker is the header of a worker's "accepted" message: its id.
