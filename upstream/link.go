@@ -75,11 +75,13 @@ type link struct {
 	rd   reading
 	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
 	gone chan struct{} // cap 1: the loop closed the connection
+
+	probeState // when a tcp:// connection counts as up (probe.go)
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
 	return &link{up: up, desc: desc, frame: frame, cancels: cancels, home: -1,
-		wake: make(chan struct{}, 1), gone: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), gone: make(chan struct{}, 1), probeState: probeState{answered: make(chan struct{}, 1)}}
 }
 
 // writeAt is the output at which a byte-stream link writes at once rather
