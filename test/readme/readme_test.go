@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openengine/edge/internal/poll"
 )
 
 const (
@@ -201,7 +203,7 @@ func TestReadmeShellBlocks(t *testing.T) {
 				}
 			}
 			start := time.Now()
-			out, err := runBlock(bash, work, env, sh, isolated)
+			out, err := runBlock(t, bash, work, env, sh, isolated)
 			if err != nil {
 				t.Fatalf("README.md:%d: the block failed after %v: %v\n--- block:\n%s--- output:\n%s",
 					b.line, time.Since(start).Round(time.Millisecond), err, sh, out)
@@ -310,7 +312,7 @@ trap __readme_stop EXIT
 // runBlock runs one block's commands in dir and returns their output; an
 // error when the block failed, or did not end within blockTimeout. With
 // isolated, in namespaces of its own (see TestReadmeShellBlocks).
-func runBlock(bash, dir string, env []string, sh string, isolated bool) ([]byte, error) {
+func runBlock(t *testing.T, bash, dir string, env []string, sh string, isolated bool) ([]byte, error) {
 	script := filepath.Join(os.TempDir(), fmt.Sprintf("readme-block-%d.sh", time.Now().UnixNano()))
 	if err := os.WriteFile(script, []byte(prologue+sh), 0o600); err != nil {
 		return nil, err
@@ -341,25 +343,35 @@ func runBlock(bash, dir string, env []string, sh string, isolated bool) ([]byte,
 	select {
 	case err = <-done:
 	case <-time.After(blockTimeout):
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		// Isolated, the group is unshare alone, which ignores SIGTERM while
+		// it waits for the namespace's first process: killed, it takes the
+		// namespace down with it (--kill-child).
+		sig := syscall.SIGTERM
+		if isolated {
+			sig = syscall.SIGKILL
+		}
+		_ = syscall.Kill(-pgid, sig)
 		select {
 		case <-done:
 		case <-time.After(stopGrace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-done // WaitDelay bounds it
 		}
 		err = fmt.Errorf("did not end within %v", blockTimeout)
 	}
 	// What the block left in its group (not isolated; isolated, the PID
-	// namespace ended with it): stopped, then killed.
+	// namespace ended with it) is stopped, and killed if it does not stop.
 	if syscall.Kill(-pgid, syscall.SIGTERM) == nil {
-		deadline := time.Now().Add(stopGrace)
-		for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	}
-	select {
-	case <-done:
-	default:
+		stopped := false
+		defer func() { // also when poll.Until fails the test
+			if !stopped {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+		}()
+		poll.Until(t, stopGrace, "what the block started to stop after SIGTERM", func() (bool, string) {
+			stopped = syscall.Kill(-pgid, 0) != nil
+			return stopped, "some are still running"
+		})
 	}
 	return out.Bytes(), err
 }
