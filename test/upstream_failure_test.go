@@ -380,8 +380,15 @@ func TestUpstreamGarbage(t *testing.T) {
 	}
 	t.Cleanup(func() { ln.Close() })
 	accepted := make(chan net.Conn, 1)
+	var br *bufio.Reader
 	go func() {
 		if conn, err := ln.Accept(); err == nil {
+			// The probe first, which the proxy waits for (as any JSON-RPC
+			// server would answer it).
+			br = bufio.NewReader(conn)
+			if line, err := br.ReadString('\n'); err == nil && line == probeRequest+"\n" {
+				io.WriteString(conn, probeAnswer)
+			}
 			accepted <- conn
 		}
 	}()
@@ -398,7 +405,7 @@ func TestUpstreamGarbage(t *testing.T) {
 	lines := make(chan string, 16)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(up)
+		sc := bufio.NewScanner(br)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}

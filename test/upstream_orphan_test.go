@@ -18,9 +18,18 @@ import (
 	"github.com/openengine/edge/upstream"
 )
 
+// probeRequest is the request a tcp:// upstream gets first, and
+// probeAnswer what a JSON-RPC server answers it: the connection counts as up
+// once it is answered (upstream/probe.go).
+const (
+	probeRequest = `{"jsonrpc":"2.0","id":"edge.probe","method":"rpc.edge.probe"}`
+	probeAnswer  = `{"jsonrpc":"2.0","id":"edge.probe","error":{"code":-32601,"message":"Method not found"}}` + "\n"
+)
+
 // handUpstream is one connection of a hand-written upstream, over NDJSON
 // (tcp://) or WebSocket (ws://): the test reads what the proxy sends it and
-// writes what it answers, message by message.
+// writes what it answers, message by message (tcp: but for the probe, which
+// it answers by itself).
 type handUpstream struct {
 	t    *testing.T
 	c    net.Conn
@@ -76,6 +85,10 @@ func startHandUpstream(t *testing.T, transport string) (string, func() *handUpst
 		}
 		sc := bufio.NewScanner(br)
 		for sc.Scan() {
+			if sc.Text() == probeRequest {
+				io.WriteString(c, probeAnswer) // as any JSON-RPC server
+				continue
+			}
 			h.msgs <- sc.Text()
 		}
 	}()

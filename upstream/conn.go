@@ -34,18 +34,25 @@ type supervisor struct {
 	u *Upstream
 	l *link
 	r Replica
+	// logged is the state last logged: "up", "down", or why a connection
+	// did not answer the probe. Supervisor-owned.
+	logged string
 }
 
 func (s *supervisor) run() {
 	defer s.u.wg.Done()
+	l := s.l
 	attempt := 0
-	logged := "" // the state last logged
 	for {
 		c, ch, err := s.dial()
 		if err == nil {
-			opens := s.l.opens.Load()
-			err = s.l.loops.Attach(s.l.home, c, s.l)
-			if err == nil && s.l.opens.Load() == opens {
+			select {
+			case <-l.answered: // a previous connection's, not seen
+			default:
+			}
+			opens := l.opens.Load()
+			err = l.loops.Attach(l.home, c, l)
+			if err == nil && l.opens.Load() == opens {
 				// The loop did not take it, yet said nothing (gnet's
 				// Enroll reports success when registering the
 				// descriptor with its poller failed): no Open, and no
@@ -57,20 +64,28 @@ func (s *supervisor) run() {
 			}
 		}
 		if err == nil {
-			s.u.log.Info("upstream connected", "upstream", s.u.name, "conn", s.l.desc)
-			logged = "up"
-			start := time.Now()
-			if s.serve(ch) {
+			upAt, stopping := s.serve(ch)
+			if stopping {
 				return
 			}
-			s.u.log.Warn("upstream connection lost", "upstream", s.u.name, "conn", s.l.desc)
-			logged = "down"
-			if time.Since(start) > s.u.cfg.BackoffMax {
-				attempt = 0
+			if !upAt.IsZero() {
+				l.setWhy(whyLost)
+				s.u.log.Warn("upstream connection lost", "upstream", s.u.name, "conn", l.desc)
+				s.logged = "down"
+				if time.Since(upAt) > s.u.cfg.BackoffMax {
+					attempt = 0
+				}
+			} else if why := l.whyNow(); s.logged != why {
+				// Connected, but the probe was not answered (probe.go).
+				s.u.log.Warn("upstream does not answer as JSON-RPC", "upstream", s.u.name, "conn", l.desc, "why", why)
+				s.logged = why
 			}
-		} else if logged != "down" {
-			s.u.log.Warn("upstream unavailable", "upstream", s.u.name, "conn", s.l.desc, "err", err)
-			logged = "down"
+		} else {
+			l.setWhy(dialWhy(err))
+			if s.logged != "down" {
+				s.u.log.Warn("upstream unavailable", "upstream", s.u.name, "conn", l.desc, "err", err)
+				s.logged = "down"
+			}
 		}
 		wait := time.NewTimer(s.u.backoff(attempt))
 		attempt++
@@ -81,6 +96,13 @@ func (s *supervisor) run() {
 		case <-wait.C:
 		}
 	}
+}
+
+// connected logs that the connection is up and returns the time.
+func (s *supervisor) connected() time.Time {
+	s.u.log.Info("upstream connected", "upstream", s.u.name, "conn", s.l.desc)
+	s.logged = "up"
+	return time.Now()
 }
 
 // errNotAttached fails a connection that its loop did not take although
@@ -129,9 +151,11 @@ func (s *supervisor) dial() (net.Conn, *child, error) {
 }
 
 // serve sweeps the connection's calls for timeouts on its loop until the
-// loop reports it closed, or until the upstream is closed, and reports
-// whether it was closed.
-func (s *supervisor) serve(ch *child) (stopping bool) {
+// loop reports it closed, or until the upstream is closed, and reports when
+// the connection went up (zero if it never did: the probe was not answered,
+// probe.go) and whether the upstream was closed. A probe not answered
+// within the upstream timeout closes the connection.
+func (s *supervisor) serve(ch *child) (upAt time.Time, stopping bool) {
 	l := s.l
 	tick := time.NewTicker(sweepEvery(s.u.cfg.Timeout))
 	defer tick.Stop()
@@ -139,14 +163,40 @@ func (s *supervisor) serve(ch *child) (stopping bool) {
 	if ch != nil {
 		exited = ch.done
 	}
+	var probeTimeout <-chan time.Time
+	if l.probes {
+		t := time.NewTimer(s.u.cfg.Timeout)
+		defer t.Stop()
+		probeTimeout = t.C
+	} else {
+		upAt = s.connected()
+	}
 	for {
 		select {
+		case <-l.answered:
+			upAt, probeTimeout = s.connected(), nil
+		case <-probeTimeout:
+			probeTimeout = nil
+			why := fmt.Sprintf("no answer to edge's probe within %v (--upstream-timeout)", s.u.cfg.Timeout)
+			l.loops.Run(l.home, func() {
+				if l.rd.probing && l.wc != nil {
+					l.setWhy(why)
+					l.wc.Close()
+				}
+			})
 		case <-l.gone:
 			if ch != nil {
 				// Its stdout ended: it exits, or is made to.
 				ch.shutdown(s.u.cfg.KillTimeout)
 			}
-			return false
+			if upAt.IsZero() {
+				select {
+				case <-l.answered: // answered, then lost at once
+					upAt = s.connected()
+				default:
+				}
+			}
+			return upAt, false
 		case <-exited:
 			// The child exited while its socket is open: a descendant
 			// holds it. The group is killed and the connection closed,
@@ -162,7 +212,7 @@ func (s *supervisor) serve(ch *child) (stopping bool) {
 			l.loops.Run(l.home, func() { l.sweep(now.UnixNano()) })
 		case <-s.u.quit:
 			s.stop(ch)
-			return true
+			return upAt, true
 		}
 	}
 }
@@ -220,19 +270,28 @@ type reading struct {
 	inText bool
 	size   int // bytes of the message so far (binary ones are not kept)
 	skip   int64
+	// probing: the probe is unanswered (probe.go).
+	probing bool
 }
 
 // Open implements Wire: the link takes calls.
 func (l *link) Open(c WireConn) {
 	l.wc = c
 	l.rd = reading{}
-	l.open()
+	if l.probes {
+		l.startProbe() // open once it is answered
+	} else {
+		l.open()
+	}
 	l.opens.Add(1)
 }
 
 // Closed implements Wire: everything on the link is settled
 // (fail) and the supervisor reconnects.
 func (l *link) Closed(error) {
+	if l.rd.probing && l.whyNow() == whyProbing {
+		l.setWhy(whyClosed)
+	}
 	l.fail()
 	l.wc = nil
 	l.rd = reading{}
@@ -266,7 +325,7 @@ func (l *link) Traffic(in []byte) (int, error) {
 	if l.frame != nil {
 		return l.readFrames(in, l.up.cfg.MaxMessageBytes)
 	}
-	return l.readLines(in, l.up.cfg.MaxMessageBytes), nil
+	return l.readLines(in, l.up.cfg.MaxMessageBytes)
 }
 
 // clock is the time for the call durations: the reading of the current
@@ -281,8 +340,9 @@ func (l *link) clock() int64 {
 // readLines applies the complete NDJSON lines of in (codec.LineReader: a
 // trailing \r is stripped) and returns how many bytes it consumed. A line
 // over max bytes is dropped, also before its end has arrived, and reading
-// resumes after it; blank lines are skipped.
-func (l *link) readLines(in []byte, max int) int {
+// resumes after it; blank lines are skipped. Before the probe is answered
+// a line that is not JSON-RPC ends the connection (probed).
+func (l *link) readLines(in []byte, max int) (int, error) {
 	l.rd.lines.Max = max
 	n := 0
 	for {
@@ -290,14 +350,20 @@ func (l *link) readLines(in []byte, max int) int {
 		n += k
 		switch kind {
 		case codec.LineOK:
-			if len(bytes.TrimSpace(line)) > 0 {
+			switch {
+			case len(bytes.TrimSpace(line)) == 0:
+			case l.rd.probing:
+				if err := l.probed(line); err != nil {
+					return n, err
+				}
+			default:
 				l.handle(line)
 			}
 		case codec.LineTooLong:
 			l.drop(dropTooLong)
 		default: // LineNone: wait for more, or a skipped tail was consumed
 			if k == 0 {
-				return n
+				return n, nil
 			}
 		}
 	}

@@ -318,6 +318,7 @@ func TestAttachWithoutOpenRetries(t *testing.T) {
 				return
 			}
 			defer c.Close()
+			go answerProbe(c)
 		}
 	}()
 	var logs logBuffer

@@ -270,6 +270,10 @@ func TestTCPErrorMemberNotObject(t *testing.T) {
 						Method string
 					}
 					json.Unmarshal(sc.Bytes(), &req)
+					if req.Method == probeMethod {
+						io.WriteString(conn, probeAnswer)
+						continue
+					}
 					io.WriteString(conn, `{"jsonrpc":"2.0","id":`+string(req.ID)+`,"error":`+errorMembers[req.Method]+"}\n")
 				}
 			}()

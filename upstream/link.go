@@ -88,11 +88,13 @@ type link struct {
 	// (stalled).
 	stallSince  int64
 	lastPending int
+
+	probeState // when a tcp:// connection counts as up (probe.go)
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
 	return &link{up: up, desc: desc, frame: frame, cancels: cancels, home: -1,
-		wake: make(chan struct{}, 1), gone: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), gone: make(chan struct{}, 1), probeState: probeState{answered: make(chan struct{}, 1)}}
 }
 
 // writeAt is the output at which a byte-stream link writes at once rather

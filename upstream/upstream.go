@@ -311,6 +311,7 @@ func (u *Upstream) addLink(r Replica, desc string) {
 	} else {
 		l = newLink(u, desc, nil, false)
 	}
+	l.probes, l.url = r.Kind == TCP, r.String()
 	u.links = append(u.links, l)
 	u.sups = append(u.sups, &supervisor{u: u, l: l, r: r})
 }

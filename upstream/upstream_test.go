@@ -296,8 +296,9 @@ func TestConfigDefaults(t *testing.T) {
 // after waits that double from BackoffMin to BackoffMax, each with jitter in
 // its upper half (CONTRACT.md section 10), and Close stops the redialling.
 // The supervisor runs in a synctest bubble, so the waits are measured on the
-// bubble's clock; the upstream is a listener outside the bubble that closes
-// every connection it accepts.
+// bubble's clock; the upstream is a listener outside the bubble that answers
+// edge's probe (so that the connection counts as up) and closes every
+// connection it accepts.
 func TestSupervisorBackoff(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -310,6 +311,7 @@ func TestSupervisorBackoff(t *testing.T) {
 			if err != nil {
 				return
 			}
+			answerProbe(c)
 			c.Close()
 		}
 	}()

@@ -90,7 +90,11 @@ func (r *readiness) reasons() []string {
 	}
 	for _, u := range r.targets {
 		if up, total := u.Connected(); up == 0 {
-			out = append(out, fmt.Sprintf("upstream %s: %d of %d connections up", u.Name(), up, total))
+			why := fmt.Sprintf("upstream %s: %d of %d connections up", u.Name(), up, total)
+			if down := u.Down(); down != "" {
+				why += " (" + down + ")"
+			}
+			out = append(out, why)
 		}
 	}
 	if r.topics != nil {

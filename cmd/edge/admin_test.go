@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -182,6 +183,53 @@ func TestAdminReadyzUpstream(t *testing.T) {
 
 	testgw.Stop(t, up.Srv)
 	e.untilReady(http.StatusServiceUnavailable, "upstream engine: 0 of 2 connections up")
+}
+
+// TestAdminReadyzWrongTransport: a tcp:// upstream pointed at a port that
+// does not speak NDJSON JSON-RPC is not up (upstream/probe.go): at another
+// edge's WebSocket port, which says nothing to a line that is no HTTP
+// request, and at its admin port, an HTTP server that answers 400, /readyz
+// answers 503 saying why for each, the log says it once per state, and a
+// call routed there gets UPSTREAM_UNAVAILABLE at once.
+// (TestAdminReadyzUpstream: a tcp:// upstream at an NDJSON port is ready.)
+func TestAdminReadyzWrongTransport(t *testing.T) {
+	far := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0")
+	wsAddr := strings.TrimSuffix(strings.TrimPrefix(far.ws, "ws://"), "/")
+	httpAddr := strings.TrimPrefix(far.admin, "http://")
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--loops", "1", "--admin-listen", "127.0.0.1:0",
+		"--upstream", "ws=tcp://"+wsAddr, "--upstream", "web=tcp://"+httpAddr,
+		"--route", "edge/echo=ws", "--route", "edge/sleep=web",
+		"--upstream-conns", "1", "--upstream-backoff-max", "50ms")
+	wantWS := "upstream ws: 0 of 1 connections up (tcp://" + wsAddr + ": "
+	wantWeb := "upstream web: 0 of 1 connections up (tcp://" + httpAddr + `: not JSON-RPC: it sent "HTTP/1.1 400 Bad Request")`
+	poll.Until(t, edgeWait, "/readyz 503 naming both upstreams and why", func() (bool, string) {
+		r := e.readyz()
+		ws := slices.ContainsFunc(r.Reasons, func(s string) bool {
+			return strings.HasPrefix(s, wantWS) && strings.Contains(s, "edge's probe")
+		})
+		return r.status == http.StatusServiceUnavailable && ws && slices.Contains(r.Reasons, wantWeb), fmt.Sprintf("%d %q", r.status, r.Reasons)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	c, err := client.Dial(ctx, e.ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, m := range []string{"edge/echo", "edge/sleep"} {
+		var re *client.Error
+		if err := c.Call(ctx, m, map[string]int{"ms": 1}, nil); !errors.As(err, &re) || re.DataCode() != "UPSTREAM_UNAVAILABLE" {
+			t.Errorf("%s through a wrong transport: %v, want UPSTREAM_UNAVAILABLE", m, err)
+		}
+	}
+	logs := e.stderr.String()
+	if strings.Contains(logs, "upstream connected") {
+		t.Errorf("edge says an upstream connected:\n%s", logs)
+	}
+	if n := strings.Count(logs, `msg="upstream does not answer as JSON-RPC" upstream=web`); n != 1 {
+		t.Errorf("%d log lines say web does not answer as JSON-RPC, want 1 (the same reason on every attempt):\n%s", n, logs)
+	}
 }
 
 // TestAdminReadyzNATS: with --nats, /readyz answers 503 naming the topics
