@@ -112,12 +112,17 @@ type slot struct {
 // do not hold memory the connection's budget no longer counts.
 const maxSlotKeep = 1 << 10
 
-// trim releases the ring of a stream holding no event. Must be called on the loop.
+// trim releases the ring of a stream that holds no event and took none since
+// the last trim. A subscriber never speaks, so its connection looks idle to
+// the transport's sweep however many events it receives: releasing the ring
+// of a live fan-out member at every sweep made the next events allocate it
+// and its slots' buffers again. Must be called on the loop.
 func (st *stream) trim() {
 	st.mu.Lock()
-	if st.n == 0 {
+	if st.n == 0 && !st.used {
 		st.ring, st.head = nil, 0
 	}
+	st.used = false
 	st.mu.Unlock()
 }
 
@@ -143,6 +148,7 @@ type stream struct {
 	overflow  bool          // guarded by mu: the buffer overflowed
 	closed    bool          // guarded by mu: no more events are accepted
 	scheduled bool          // guarded by mu: the stream is queued on the loop
+	used      bool          // guarded by mu: an event was pushed since the last trim
 	room      chan struct{} // signalled (cap 1) when the loop frees room
 }
 
@@ -249,6 +255,7 @@ func (st *stream) push(cursor, body []byte) {
 	s.body = append(s.body[:0], body...)
 	st.n++
 	st.bytes += len(body)
+	st.used = true
 }
 
 func (st *stream) grow() {
