@@ -27,9 +27,19 @@ func (b subStreamBackend) Subscribe(ctx context.Context, _ string, _ []byte, s b
 }
 
 // subEventSink counts what the session sends.
-type subEventSink struct{ msgs, bytes int }
+type subEventSink struct {
+	msgs, bytes int
+	last        string // the last message, when keepLast
+	keepLast    bool
+}
 
-func (s *subEventSink) Send(msg []byte)    { s.msgs++; s.bytes += len(msg) }
+func (s *subEventSink) Send(msg []byte) {
+	s.msgs++
+	s.bytes += len(msg)
+	if s.keepLast {
+		s.last = string(msg)
+	}
+}
 func (s *subEventSink) OutboundBytes() int { return 0 }
 func (s *subEventSink) OutboundLimit() int { return 1 << 30 }
 func (s *subEventSink) Writable() bool     { return true }
