@@ -254,18 +254,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if bin, ok := bins["edge"]; ok {
 		help, _ := exec.Command(bin, "--help").CombinedOutput()
 		edgeTLS = strings.Contains(string(help), "-tls-cert")
-		switch {
-		case strings.Contains(string(help), "-admin-pprof"):
-			edgePprof, edgePprofArgs = true, []string{"--admin-listen", "127.0.0.1:0", "--admin-pprof"}
-		case strings.Contains(string(help), "-pprof-listen"): // edges before the admin listener
-			edgePprof, edgePprofArgs = true, []string{"--pprof-listen", "127.0.0.1:0"}
-		}
+		edgePprofArgs = pprofFlags(string(help))
+		edgePprof = edgePprofArgs != nil
 		if o.pprof && !edgePprof {
 			logf("WARNING: -pprof: this edge serves no pprof (--admin-pprof)")
 		}
 		if certs != nil && !edgeTLS {
 			logf("WARNING: %s", edgeNoTLS)
 		}
+	}
+	if bin, ok := bins[baseEdge]; ok {
+		help, _ := exec.Command(bin, "--help").CombinedOutput()
+		baseEdgePprofArgs = pprofFlags(string(help))
 	}
 
 	po := proxiedOpts{edgeBin: bins["edge"], edgePprof: edgePprof, cpuPprof: o.pprof, perf: o.perf}
@@ -373,7 +373,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rec.Skipped, rec.Error = true, edgeNoTLS
 		} else if bin, ok := bins[p.peer]; ok {
 			po := phaseOpts{perf: slices.Contains(o.perf, p.peer),
-				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents,
+				pprof: (p.peer == "edge" && edgePprof || p.peer == baseEdge && baseEdgePprofArgs != nil) && (o.pprof || p.gctrace), statEvents: statEvents,
 				edgeArgs: o.edgeArgs}
 			if p.tls {
 				po.certs = certs
@@ -677,5 +677,18 @@ func perfStatEvents(want bool, logf func(string, ...any)) ([]string, string) {
 
 // edgePprofArgs are the flags that make the edge under test serve pprof
 // (--admin-listen with --admin-pprof, or an older edge's --pprof-listen),
-// chosen from its --help. Set once in main before any server starts.
-var edgePprofArgs []string
+// chosen from its --help; baseEdgePprofArgs edge-base's. Set once in main
+// before any server starts.
+var edgePprofArgs, baseEdgePprofArgs []string
+
+// pprofFlags returns the flags that make an edge serve pprof, from its
+// --help, or nil when it serves none.
+func pprofFlags(help string) []string {
+	switch {
+	case strings.Contains(help, "-admin-pprof"):
+		return []string{"--admin-listen", "127.0.0.1:0", "--admin-pprof"}
+	case strings.Contains(help, "-pprof-listen"): // edges before the admin listener
+		return []string{"--pprof-listen", "127.0.0.1:0"}
+	}
+	return nil
+}

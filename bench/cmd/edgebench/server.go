@@ -145,7 +145,9 @@ func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 	args := []string{"--listen", "127.0.0.1:0"}
 	if isEdge(sp.peer) {
 		args = append(args, "--loops", "1")
-		if sp.pprof {
+		if sp.pprof && sp.peer == baseEdge {
+			args = append(args, baseEdgePprofArgs...)
+		} else if sp.pprof {
 			args = append(args, edgePprofArgs...)
 		}
 		args = append(args, sp.extra...)
