@@ -21,7 +21,7 @@ import (
 // and a steady stream of events with a sweep between them allocates
 // nothing; a stream that took none since the last trim is released.
 func TestTrimKeepsLiveSubscriptionRing(t *testing.T) {
-	st, post, sink := subscribedStream(t, 0)
+	st, post, sink := subscribedStream(t)
 	s := st.sub.task.sess
 	cursor := []byte(`"1"`)
 	body := []byte(`"cursor":"1","seq":1,"data":"0123456789abcdef"`)
@@ -186,7 +186,7 @@ func TestFanoutSharesEvent(t *testing.T) {
 // TestSharedEventNeverWritten: a slot that referenced a shared event is
 // not reused as a buffer for a copied one: the shared event keeps its bytes.
 func TestSharedEventNeverWritten(t *testing.T) {
-	st, post, sink := subscribedStream(t, 0)
+	st, post, sink := subscribedStream(t)
 	sink.keepLast = true
 	shared := []byte(`"cursor":"1","seq":1,"data":"shared"`)
 	keep := string(shared)

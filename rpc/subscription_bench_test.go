@@ -46,19 +46,17 @@ func (s *subEventSink) Writable() bool     { return true }
 
 // subscribedStream starts a session with one live subscription whose
 // producer parks and returns its stream, the session's poster (the test
-// plays the loop: it applies what is posted) and its sink; buffer is
-// Config.SubscriptionBuffer (0: the default). The session is closed at the
-// end of the test.
-func subscribedStream(tb testing.TB, buffer int) (*stream, chanPoster, *subEventSink) {
+// plays the loop: it applies what is posted) and its sink. The session is
+// closed at the end of the test.
+func subscribedStream(tb testing.TB) (*stream, chanPoster, *subEventSink) {
 	tb.Helper()
 	pool := backend.NewPool(16, time.Minute)
 	be := subStreamBackend{streams: make(chan backend.Stream, 1)}
 	srv, err := NewServer(Config{
-		Registry:           NewRegistry(nil, []string{"test/bench"}),
-		Handler:            be,
-		Pool:               pool,
-		SubscriptionBuffer: buffer,
-		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registry: NewRegistry(nil, []string{"test/bench"}),
+		Handler:  be,
+		Pool:     pool,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -93,7 +91,7 @@ func BenchmarkEventDelivery(b *testing.B) {
 			name = "batch" + strconv.Itoa(batch)
 		}
 		b.Run(name, func(b *testing.B) {
-			st, post, sink := subscribedStream(b, 1)
+			st, post, sink := subscribedStream(b)
 			cursor := []byte(`"123456"`)
 			body := []byte(`"cursor":"123456","seq":123456,"data":"0123456789abcdef0123456789abcdef"`)
 			sink.msgs, sink.bytes = 0, 0
