@@ -67,12 +67,17 @@ bench-micro:
 # in bench/peers/<name>/, each its own module); see bench/README.md.
 PEERS := $(sort $(dir $(wildcard bench/peers/*/go.mod)))
 
-## bench: the standard end-to-end matrix, edge against every peer (under 15 minutes); BENCHARGS adds flags
+# BASE: a checkout of edge (e.g. main's worktree) that bench and bench-suite
+# also run, as the server edge-base beside edge (-base-src): before and after
+# in one run.
+BASE ?=
+
+## bench: the standard end-to-end matrix, edge against every peer (under 15 minutes), into bench/results/<time>/ (report.md, SVG charts); BASE=DIR adds edge built from DIR; BENCHARGS adds flags
 bench: bench-suite
 
 ## bench-suite: the same as bench
 bench-suite:
-	cd bench && $(GO) run ./cmd/edgebench -go $(GO) $(BENCHARGS)
+	cd bench && $(GO) run ./cmd/edgebench -go $(GO) $(if $(BASE),-base-src $(abspath $(BASE))) $(BENCHARGS)
 
 ## bench-test: go test in bench/ and in every peer module
 bench-test:

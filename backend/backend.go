@@ -100,3 +100,13 @@ type Stream interface {
 	// has ended or ctx is done.
 	EmitWait(ctx context.Context, cursor, body []byte) bool
 }
+
+// SharedEmitter is implemented by streams that can hold an event without
+// copying it (the gateway's). EmitShared is Stream.Emit for an event whose
+// cursor and body the caller never changes again, such as the one copy a
+// fan-out makes for all its members: the stream keeps them as they are until
+// the event is written, so a fan-out to N members copies the event once,
+// not N times.
+type SharedEmitter interface {
+	EmitShared(cursor, body []byte) bool
+}

@@ -13,12 +13,13 @@ import (
 // emits one event to every member without waiting; a member whose buffer is
 // full is closed SLOW_CONSUMER by its stream (CONTRACT.md section 6). The
 // memory backend's topics and the NATS topics (package topics) both deliver
-// through it. Safe for concurrent use.
+// through it. Each event is encoded once, in a buffer of its own that the
+// members implementing SharedEmitter (the gateway's streams) keep instead of
+// copying it. Safe for concurrent use.
 type Fanout struct {
 	mu   sync.Mutex
-	seq  int64               // guarded by mu: last sequence number of Publish
-	subs map[Stream]struct{} // guarded by mu
-	buf  []byte              // guarded by mu: scratch for an event's members
+	seq  int64                    // guarded by mu: last sequence number of Publish
+	subs map[Stream]SharedEmitter // guarded by mu: nil value when the member copies
 }
 
 // Join adds s; it gets the events published from now on. It returns the
@@ -27,9 +28,10 @@ func (f *Fanout) Join(s Stream) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.subs == nil {
-		f.subs = make(map[Stream]struct{})
+		f.subs = make(map[Stream]SharedEmitter)
 	}
-	f.subs[s] = struct{}{}
+	shared, _ := s.(SharedEmitter)
+	f.subs[s] = shared
 	return len(f.subs)
 }
 
@@ -66,16 +68,33 @@ func (f *Fanout) PublishSeq(seq int64, data []byte) int {
 	return f.emitLocked(seq, data)
 }
 
+// emitLocked encodes the event into a new buffer, never written again: the
+// members that share it hold it until their connections wrote it (one
+// allocation per event instead of a copy per member).
 func (f *Fanout) emitLocked(seq int64, data []byte) int {
-	var cursor, body []byte
-	f.buf, cursor, body = TopicEvent(f.buf[:0], seq, data)
+	if len(f.subs) == 0 {
+		return 0
+	}
+	_, cursor, body := TopicEvent(make([]byte, 0, topicEventSize(data)), seq, data)
 	delivered := 0
-	for s := range f.subs {
-		if s.Emit(cursor, body) {
+	for s, shared := range f.subs {
+		var ok bool
+		if shared != nil {
+			ok = shared.EmitShared(cursor, body)
+		} else {
+			ok = s.Emit(cursor, body)
+		}
+		if ok {
 			delivered++
 		}
 	}
 	return delivered
+}
+
+// topicEventSize bounds the length of TopicEvent's output for data.
+func topicEventSize(data []byte) int {
+	const fixed = len(`"cursor":"","seq":,"data":`) + 2*20 + len("null")
+	return fixed + len(data)
 }
 
 // TopicEvent appends to dst an edge/topic event with sequence number seq

@@ -102,9 +102,11 @@ type subscription struct {
 }
 
 // slot is one buffered event. Its buffers are reused for the next event in
-// the slot unless they grew past maxSlotKeep.
+// the slot unless they grew past maxSlotKeep, or are an event shared with
+// other streams (EmitShared), which the slot only references.
 type slot struct {
 	cursor, body []byte
+	shared       bool
 }
 
 // maxSlotKeep is the largest event body buffer a slot keeps once its event
@@ -112,12 +114,17 @@ type slot struct {
 // do not hold memory the connection's budget no longer counts.
 const maxSlotKeep = 1 << 10
 
-// trim releases the ring of a stream holding no event. Must be called on the loop.
+// trim releases the ring of a stream that holds no event and took none since
+// the last trim. A subscriber never speaks, so its connection looks idle to
+// the transport's sweep however many events it receives: releasing the ring
+// of a live fan-out member at every sweep made the next events allocate it
+// and its slots' buffers again. Must be called on the loop.
 func (st *stream) trim() {
 	st.mu.Lock()
-	if st.n == 0 {
+	if st.n == 0 && !st.used {
 		st.ring, st.head = nil, 0
 	}
+	st.used = false
 	st.mu.Unlock()
 }
 
@@ -143,6 +150,7 @@ type stream struct {
 	overflow  bool          // guarded by mu: the buffer overflowed
 	closed    bool          // guarded by mu: no more events are accepted
 	scheduled bool          // guarded by mu: the stream is queued on the loop
+	used      bool          // guarded by mu: an event was pushed since the last trim
 	room      chan struct{} // signalled (cap 1) when the loop frees room
 }
 
@@ -176,7 +184,14 @@ func (st *stream) schedule() bool {
 // Emit implements backend.Stream: an event that does not fit the
 // subscription's buffer or the connection's budget ends the subscription
 // SLOW_CONSUMER (CONTRACT.md sections 5 and 6).
-func (st *stream) Emit(cursor, body []byte) bool {
+func (st *stream) Emit(cursor, body []byte) bool { return st.emit(cursor, body, false) }
+
+// EmitShared implements backend.SharedEmitter: Emit, keeping the caller's
+// cursor and body instead of copying them. The budget counts the body as if
+// it were copied.
+func (st *stream) EmitShared(cursor, body []byte) bool { return st.emit(cursor, body, true) }
+
+func (st *stream) emit(cursor, body []byte, shared bool) bool {
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
@@ -184,7 +199,7 @@ func (st *stream) Emit(cursor, body []byte) bool {
 	}
 	ok := st.n < st.max && st.bytes+len(body) <= st.maxBytes && st.budget.take(len(body))
 	if ok {
-		st.push(cursor, body)
+		st.push(cursor, body, shared)
 	} else {
 		st.overflow = true
 		st.closed = true
@@ -220,7 +235,7 @@ func (st *stream) EmitWait(ctx context.Context, cursor, body []byte) bool {
 				ok = st.budget.take(len(body))
 			}
 			if ok {
-				st.push(cursor, body)
+				st.push(cursor, body, false)
 				post := st.schedule()
 				st.mu.Unlock()
 				if post {
@@ -238,17 +253,27 @@ func (st *stream) EmitWait(ctx context.Context, cursor, body []byte) bool {
 	}
 }
 
-// push appends one event to the ring, reusing slot buffers. Called with mu held.
-func (st *stream) push(cursor, body []byte) {
+// push appends one event to the ring, reusing slot buffers, or referencing
+// cursor and body when they are shared. Called with mu held.
+func (st *stream) push(cursor, body []byte, shared bool) {
 	if st.n == len(st.ring) {
 		st.grow()
 	}
 	i := (st.head + st.n) % len(st.ring)
 	s := &st.ring[i]
-	s.cursor = append(s.cursor[:0], cursor...)
-	s.body = append(s.body[:0], body...)
+	if shared {
+		s.cursor, s.body, s.shared = cursor, body, true
+	} else {
+		if s.shared {
+			// Another event's memory: never appended to.
+			s.cursor, s.body, s.shared = nil, nil, false
+		}
+		s.cursor = append(s.cursor[:0], cursor...)
+		s.body = append(s.body[:0], body...)
+	}
 	st.n++
 	st.bytes += len(body)
+	st.used = true
 }
 
 func (st *stream) grow() {
@@ -367,7 +392,11 @@ func (s *Session) drainEvents(sub *subscription) {
 			s.buf = codec.AppendEventWith(s.buf[:0], sub.head, sub.idTok, e.body)
 		}
 		sub.lastCursor = append(sub.lastCursor[:0], e.cursor...)
-		if cap(e.body) > maxSlotKeep {
+		switch {
+		case e.shared:
+			// Let the event go once every member wrote it.
+			e.cursor, e.body, e.shared = nil, nil, false
+		case cap(e.body) > maxSlotKeep:
 			e.body = nil // the budget counts buffered events, not spare capacity
 		}
 		st.head = (st.head + 1) % len(st.ring)

@@ -56,6 +56,7 @@ type options struct {
 	out       string
 	root      string
 	edgeSrc   string // build edge from this checkout ("": root)
+	baseSrc   string // build edge-base, edge's baseline, from this checkout ("": none)
 	goBin     string
 	pin       bool
 	timeout   time.Duration
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
 	fs.StringVar(&o.root, "root", "", "edge repository root (default: found from the working directory)")
 	fs.StringVar(&o.edgeSrc, "edge-src", "", "build edge from this edge checkout instead of -root (e.g. a branch's worktree; the peers, the harness and the results stay -root's)")
+	fs.StringVar(&o.baseSrc, "base-src", "", "also run edge built from this checkout (e.g. main's) as the server "+baseEdge+", right after edge in every phase of W1, W3, W4, W6 and W7: before and after in one run")
 	fs.StringVar(&o.goBin, "go", envOr("GO", "go"), "go command used to build the servers")
 	fs.BoolVar(&o.pin, "pin", true, "pin servers to one CPU and the generator to another (sched_setaffinity)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "stop the whole run after this long (default 30m, 5m with -quick)")
@@ -115,6 +117,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.peers, err = parseList(*pl, peerNames); err != nil {
 		return nil, fmt.Errorf("-peers: %w", err)
+	}
+	if o.baseSrc != "" {
+		i := slices.Index(o.peers, "edge")
+		if i < 0 {
+			return nil, errors.New("-base-src: edge is not among the -peers")
+		}
+		o.peers = slices.Insert(o.peers, i+1, baseEdge)
 	}
 	if *xl != "all" {
 		if o.proxies, err = parseList(*xl, proxyNames); err != nil {
@@ -230,7 +239,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer os.RemoveAll(binDir)
 	edgeSrc := cmp.Or(o.edgeSrc, o.root)
-	bins, buildFailed, err := build(ctx, o.goBin, o.root, edgeSrc, binDir, serversOf(phases, o.peers), logf)
+	bins, buildFailed, err := build(ctx, o.goBin, o.root, map[string]string{"edge": edgeSrc, baseEdge: o.baseSrc},
+		binDir, serversOf(phases, o.peers), logf)
 	if err != nil {
 		return err
 	}
@@ -244,18 +254,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if bin, ok := bins["edge"]; ok {
 		help, _ := exec.Command(bin, "--help").CombinedOutput()
 		edgeTLS = strings.Contains(string(help), "-tls-cert")
-		switch {
-		case strings.Contains(string(help), "-admin-pprof"):
-			edgePprof, edgePprofArgs = true, []string{"--admin-listen", "127.0.0.1:0", "--admin-pprof"}
-		case strings.Contains(string(help), "-pprof-listen"): // edges before the admin listener
-			edgePprof, edgePprofArgs = true, []string{"--pprof-listen", "127.0.0.1:0"}
-		}
+		edgePprofArgs = pprofFlags(string(help))
+		edgePprof = edgePprofArgs != nil
 		if o.pprof && !edgePprof {
 			logf("WARNING: -pprof: this edge serves no pprof (--admin-pprof)")
 		}
 		if certs != nil && !edgeTLS {
 			logf("WARNING: %s", edgeNoTLS)
 		}
+	}
+	if bin, ok := bins[baseEdge]; ok {
+		help, _ := exec.Command(bin, "--help").CombinedOutput()
+		baseEdgePprofArgs = pprofFlags(string(help))
 	}
 
 	po := proxiedOpts{edgeBin: bins["edge"], edgePprof: edgePprof, cpuPprof: o.pprof, perf: o.perf}
@@ -335,6 +345,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if (p.peer == "edge" || p.proxied) && o.edgeSrc != "" {
 			rec.Notes = append(rec.Notes, "edge built from "+o.edgeSrc)
 		}
+		if p.peer == baseEdge {
+			rec.Notes = append(rec.Notes, baseEdge+" built from "+o.baseSrc)
+			if len(o.edgeArgs) > 0 {
+				rec.Notes = append(rec.Notes, "edge flags: "+strings.Join(o.edgeArgs, " "))
+			}
+		}
 		if p.cluster {
 			if _, ok := bins["edge"]; ok {
 				co.edgeBin = bins["edge"]
@@ -357,7 +373,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rec.Skipped, rec.Error = true, edgeNoTLS
 		} else if bin, ok := bins[p.peer]; ok {
 			po := phaseOpts{perf: slices.Contains(o.perf, p.peer),
-				pprof: p.peer == "edge" && edgePprof && (o.pprof || p.gctrace), statEvents: statEvents,
+				pprof: (p.peer == "edge" && edgePprof || p.peer == baseEdge && baseEdgePprofArgs != nil) && (o.pprof || p.gctrace), statEvents: statEvents,
 				edgeArgs: o.edgeArgs}
 			if p.tls {
 				po.certs = certs
@@ -435,7 +451,7 @@ type phaseOpts struct {
 func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
 	pctx, cancel := context.WithTimeout(ctx, 2*p.budget+30*time.Second)
 	defer cancel()
-	d, err := load.DialectFor(p.peer)
+	d, err := load.DialectFor(dialectOf(p.peer))
 	if err != nil {
 		rec.Error = err.Error()
 		return
@@ -661,5 +677,18 @@ func perfStatEvents(want bool, logf func(string, ...any)) ([]string, string) {
 
 // edgePprofArgs are the flags that make the edge under test serve pprof
 // (--admin-listen with --admin-pprof, or an older edge's --pprof-listen),
-// chosen from its --help. Set once in main before any server starts.
-var edgePprofArgs []string
+// chosen from its --help; baseEdgePprofArgs edge-base's. Set once in main
+// before any server starts.
+var edgePprofArgs, baseEdgePprofArgs []string
+
+// pprofFlags returns the flags that make an edge serve pprof, from its
+// --help, or nil when it serves none.
+func pprofFlags(help string) []string {
+	switch {
+	case strings.Contains(help, "-admin-pprof"):
+		return []string{"--admin-listen", "127.0.0.1:0", "--admin-pprof"}
+	case strings.Contains(help, "-pprof-listen"): // edges before the admin listener
+		return []string{"--pprof-listen", "127.0.0.1:0"}
+	}
+	return nil
+}

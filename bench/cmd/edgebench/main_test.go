@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -568,5 +569,41 @@ func TestW3Counts(t *testing.T) {
 		if len(got) != 3 || got[0] != 1000 || got[1] != 10000 || got[2] != c.want {
 			t.Errorf("w3Counts(%d) = %v, want [1000 10000 %d]", c.noFile, got, c.want)
 		}
+	}
+}
+
+// TestBaseSrc: -base-src runs edge-base right after edge in the per-server
+// workloads (W1, W3, W4, W6, W7), not in the edge-only or fixed-peer ones,
+// speaking edge's dialect and started as edge; without edge it is refused.
+func TestBaseSrc(t *testing.T) {
+	o, err := parseFlags([]string{"-base-src", "/tmp/main", "-peers", "gorilla,edge,nbio", "-workloads", "W1,W2,W4,W5"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(o.peers, ","); got != "gorilla,edge,edge-base,nbio" {
+		t.Fatalf("peers %s", got)
+	}
+	by := map[string][]string{}
+	for _, p := range standardMatrix().phases(o.workloads, o.peers) {
+		by[p.workload] = append(by[p.workload], p.peer)
+	}
+	for _, w := range []string{"W1", "W4"} {
+		if i := slices.Index(by[w], "edge"); i < 0 || i+1 >= len(by[w]) || by[w][i+1] != baseEdge {
+			t.Errorf("%s servers %v: want edge-base right after edge", w, by[w])
+		}
+	}
+	for _, w := range []string{"W2", "W5"} {
+		if slices.Contains(by[w], baseEdge) {
+			t.Errorf("%s servers %v: edge-base runs only where every server does", w, by[w])
+		}
+	}
+	if d, err := load.DialectFor(dialectOf(baseEdge)); err != nil || d != (load.JSONRPC{}) {
+		t.Errorf("edge-base dialect %v, %v", d, err)
+	}
+	if !isEdge(baseEdge) || isEdge("gorilla") {
+		t.Error("isEdge")
+	}
+	if _, err := parseFlags([]string{"-base-src", "/tmp/main", "-peers", "gorilla"}, io.Discard); err == nil {
+		t.Error("-base-src without edge accepted")
 	}
 }

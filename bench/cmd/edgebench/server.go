@@ -21,18 +21,34 @@ import (
 // peerNames are the servers the suite knows, edge first.
 var peerNames = []string{"edge", "raw", "geth", "centrifuge", "nbio", "gorilla"}
 
-// build compiles edge (cmd/edge of the edge module at edgeSrc, usually
-// root) and each available peer (root's bench/peers/<name>, each its own
-// module) into dir. A peer that is missing or does not build is reported in
-// failed and left out; edge failing is an error.
-func build(ctx context.Context, goBin, root, edgeSrc, dir string, peers []string, logf func(string, ...any)) (bins map[string]string, failed map[string]error, err error) {
+// baseEdge is edge built from -base-src: the same server as edge, started
+// the same way, from another checkout (the baseline of a change).
+const baseEdge = "edge-base"
+
+// isEdge reports whether peer is an edge server (edge or its baseline).
+func isEdge(peer string) bool { return peer == "edge" || peer == baseEdge }
+
+// dialectOf is the load dialect of peer.
+func dialectOf(peer string) string {
+	if peer == baseEdge {
+		return "edge"
+	}
+	return peer
+}
+
+// build compiles edge and edge-base (cmd/edge of the edge module at
+// edgeSrc[peer]: usually root for edge, -base-src for edge-base) and each
+// available peer (root's bench/peers/<name>, each its own module) into dir.
+// A peer that is missing or does not build is reported in failed and left
+// out; an edge failing is an error.
+func build(ctx context.Context, goBin, root string, edgeSrc map[string]string, dir string, peers []string, logf func(string, ...any)) (bins map[string]string, failed map[string]error, err error) {
 	bins, failed = map[string]string{}, map[string]error{}
 	for _, p := range peers {
 		out := filepath.Join(dir, p)
 		var cmd *exec.Cmd
-		if p == "edge" {
+		if isEdge(p) {
 			cmd = exec.CommandContext(ctx, goBin, "build", "-o", out, "./cmd/edge")
-			cmd.Dir = edgeSrc
+			cmd.Dir = edgeSrc[p]
 		} else {
 			src := filepath.Join(root, "bench", "peers", p)
 			if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
@@ -45,7 +61,7 @@ func build(ctx context.Context, goBin, root, edgeSrc, dir string, peers []string
 		start := time.Now()
 		if b, err := cmd.CombinedOutput(); err != nil {
 			e := fmt.Errorf("go build %s: %w\n%s", p, err, tail(string(b), 2000))
-			if p == "edge" {
+			if isEdge(p) {
 				return nil, nil, e
 			}
 			failed[p] = e
@@ -127,9 +143,11 @@ var gcLine = regexp.MustCompile(`^gc \d+ @.*?(\d+)->(\d+)->(\d+) MB, \d+ MB goal
 // addr=host:port` on stderr, the peers print `listening host:port` on stdout.
 func startServer(ctx context.Context, sp serverSpec) (*server, error) {
 	args := []string{"--listen", "127.0.0.1:0"}
-	if sp.peer == "edge" {
+	if isEdge(sp.peer) {
 		args = append(args, "--loops", "1")
-		if sp.pprof {
+		if sp.pprof && sp.peer == baseEdge {
+			args = append(args, baseEdgePprofArgs...)
+		} else if sp.pprof {
 			args = append(args, edgePprofArgs...)
 		}
 		args = append(args, sp.extra...)

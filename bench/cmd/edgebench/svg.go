@@ -18,7 +18,7 @@ type panel struct {
 }
 
 var palette = map[string]string{
-	"edge": "#d62728", "raw": "#7f7f7f", "geth": "#1f77b4", "centrifuge": "#2ca02c",
+	"edge": "#d62728", baseEdge: "#ff9896", "raw": "#7f7f7f", "geth": "#1f77b4", "centrifuge": "#2ca02c",
 	"nbio": "#9467bd", "gorilla": "#ff7f0e", "direct": "#17becf", "nginx": "#009639",
 }
 
