@@ -18,14 +18,17 @@ type wsClient struct {
 	frames int    // text frames read
 }
 
-// maskedText is a client's masked text frame of msg (any length).
+// maskedText is a client's masked text frame of msg (any length); the
+// frame tests share it.
 func maskedText(msg []byte) []byte {
 	f := []byte{0x81}
 	switch n := len(msg); {
 	case n < 126:
 		f = append(f, 0x80|byte(n))
-	default:
+	case n <= 0xffff:
 		f = append(f, 0x80|126, byte(n>>8), byte(n))
+	default:
+		f = append(f, 0x80|127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
 	key := [4]byte{1, 2, 3, 4}
 	f = append(f, key[:]...)

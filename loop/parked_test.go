@@ -2,6 +2,7 @@ package loop
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +32,7 @@ func TestParkedMessagesGlobalCap(t *testing.T) {
 		sent    = 300 << 10
 	)
 	s := startEcho(t, Config{MaxMessageBytes: max, MaxParkedBytes: 2 * max})
-	frame := maskedText(max - 1)
+	frame := maskedText(bytes.Repeat([]byte("x"), max-1))
 	hs := len(frame) - (max - 1)
 	type peer struct {
 		c      net.Conn

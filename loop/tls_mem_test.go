@@ -2,6 +2,7 @@ package loop
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -59,25 +60,6 @@ func (p *wssPeer) echo(t *testing.T, frame []byte, n int) {
 	}
 }
 
-// maskedText is a client's masked text frame of n bytes.
-func maskedText(n int) []byte {
-	var b []byte
-	b = append(b, 0x81)
-	switch {
-	case n < 126:
-		b = append(b, 0x80|byte(n))
-	case n <= 0xffff:
-		b = append(b, 0x80|126, byte(n>>8), byte(n))
-	default:
-		b = append(b, 0x80|127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	}
-	b = append(b, 0, 0, 0, 0) // a zero mask: the payload as it is
-	for range n {
-		b = append(b, 'x')
-	}
-	return b
-}
-
 // startEcho starts an echo server (Config.Echo) with one loop on a free
 // port, closed at the end of the test.
 func startEcho(t *testing.T, cfg Config) *Server {
@@ -125,7 +107,7 @@ func TestWSSMemoryAfterLargeMessage(t *testing.T) {
 		MaxMessageBytes:  2 << 20,
 		SpareOutputBytes: 64 << 10, // the loop's shared spares out of the count
 	})
-	small, big := maskedText(100), maskedText(large)
+	small, big := maskedText(bytes.Repeat([]byte("x"), 100)), maskedText(bytes.Repeat([]byte("x"), large))
 	peers := make([]*wssPeer, conns)
 	for i := range peers {
 		peers[i] = dialWSS(t, s, cert.ClientConfig())
