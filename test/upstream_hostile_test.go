@@ -21,7 +21,7 @@ import (
 )
 
 // flooder is a hostile NDJSON upstream on 127.0.0.1: on each connection it
-// reads one line (the first call edge forwards), then sends requests as
+// answers edge's probe and reads the first call edge forwards, then sends requests as
 // fast as the socket takes them and never reads again, until it has sent
 // max bytes or the connection fails. Its receive buffer is small, so that
 // what edge writes to it backs up in edge at once.
@@ -88,8 +88,20 @@ func serveHostile(t *testing.T, ln net.Listener, accepted *atomic.Int64, serve f
 }
 
 func (f *flooder) flood(c net.Conn, max int64) {
-	if _, err := bufio.NewReader(c).ReadSlice('\n'); err != nil {
-		return
+	// edge's probe (answered, as a JSON-RPC server would), then the first
+	// call.
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return
+		}
+		if !bytes.Contains(line, []byte(`"edge.probe"`)) {
+			break
+		}
+		if _, err := io.WriteString(c, probeAnswer); err != nil {
+			return
+		}
 	}
 	var b bytes.Buffer
 	for id := 1; b.Len() < 64<<10; id++ {
