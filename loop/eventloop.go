@@ -18,7 +18,7 @@ import (
 type eventLoop struct {
 	srv   *Server        // immutable
 	el    gnet.EventLoop // immutable
-	index int            // the loop's number (upstream.Loops), -1 until Start numbers it
+	index int            // the loop's number (bytestream.Loops), -1 until Start numbers it
 
 	// wires are the forwarders' connections with output to write at the
 	// end of this turn (wire.go).

@@ -6,7 +6,7 @@
 // that loop's goroutine and have no locks. Workers reach a loop only through
 // its completion queue (eventLoop.Post), which the loop drains in one turn and
 // answers with one write per connection. The loops also serve the
-// forwarders' byte-stream connections to upstreams (wire.go, upstream.Loops):
+// forwarders' byte-stream connections to upstreams (wire.go, bytestream.Loops):
 // a forwarded call and its answer stay on the loop that owns the connection.
 package loop
 
@@ -61,7 +61,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*eventLoop // guarded by mu
-	// numbered are the loops by number (upstream.Loops), set by Start.
+	// numbered are the loops by number (bytestream.Loops), set by Start.
 	numbered []*eventLoop // guarded by mu while Start numbers them; immutable after
 }
 

@@ -10,41 +10,41 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/openengine/edge/upstream"
+	"github.com/openengine/edge/bytestream"
 )
 
 // This file serves a forwarder's byte-stream connections (an upstream's
 // NDJSON and WebSocket connections, an exec child's socket) on the event
-// loops: Server implements upstream.Loops. The forwarder dials, then Attach
+// loops: Server implements bytestream.Loops. The forwarder dials, then Attach
 // enrolls the connection on the loop it names, the way the acceptors enroll
 // clients (accept.go), with a context value that marks it as a wire. From
 // then on the loop reads it in OnTraffic and hands the bytes to the
-// forwarder's upstream.Wire; completions the Wire posts while it parses are
+// forwarder's bytestream.Wire; completions the Wire posts while it parses are
 // applied at the end of that turn. What it queued for the upstream is
 // written once the loop has handled every socket of the poller's round
 // (eventLoop.flushDeferred), in one write for the calls of every client
 // read in the round, or at once past 64 KiB (the forwarder's choice).
 
-var _ upstream.Loops = (*Server)(nil)
+var _ bytestream.Loops = (*Server)(nil)
 
 // wire is a forwarder's connection on a loop: the loop's side of it
-// (upstream.WireConn). Loop-owned.
+// (bytestream.WireConn). Loop-owned.
 type wire struct {
-	w     upstream.Wire // immutable
-	c     gnet.Conn     // set in OnOpen
-	l     *eventLoop    // set in OnOpen
-	dirty bool          // in l.wires, to be flushed
+	w     bytestream.Wire // immutable
+	c     gnet.Conn       // set in OnOpen
+	l     *eventLoop      // set in OnOpen
+	dirty bool            // in l.wires, to be flushed
 }
 
 // probe marks the connections Start enrolls to learn the loops' numbering.
 type probe struct{}
 
-// NumLoops implements upstream.Loops. Immutable after Start.
+// NumLoops implements bytestream.Loops. Immutable after Start.
 func (s *Server) NumLoops() int { return len(s.numbered) }
 
-// Attach implements upstream.Loops. Concurrent; not on an event loop, as
+// Attach implements bytestream.Loops. Concurrent; not on an event loop, as
 // it waits for loop i to open the connection.
-func (s *Server) Attach(i int, c net.Conn, w upstream.Wire) error {
+func (s *Server) Attach(i int, c net.Conn, w bytestream.Wire) error {
 	if i < 0 || i >= len(s.numbered) {
 		c.Close()
 		return fmt.Errorf("loop: no event loop %d", i)
@@ -58,7 +58,7 @@ func (s *Server) Attach(i int, c net.Conn, w upstream.Wire) error {
 	return res.Err
 }
 
-// Run implements upstream.Loops. Concurrent.
+// Run implements bytestream.Loops. Concurrent.
 func (s *Server) Run(i int, f func()) bool {
 	if i < 0 || i >= len(s.numbered) {
 		return false
@@ -153,7 +153,7 @@ func (x *wire) traffic() gnet.Action {
 	return gnet.None
 }
 
-// Dirty implements upstream.WireConn.
+// Dirty implements bytestream.WireConn.
 func (x *wire) Dirty() {
 	if !x.dirty {
 		x.dirty = true
@@ -169,7 +169,7 @@ func (x *wire) flush() {
 	}
 }
 
-// Buffered implements upstream.WireConn.
+// Buffered implements bytestream.WireConn.
 func (x *wire) Buffered() int {
 	if x.c == nil {
 		return 0
@@ -177,14 +177,14 @@ func (x *wire) Buffered() int {
 	return x.c.OutboundBuffered()
 }
 
-// Write implements upstream.WireConn.
+// Write implements bytestream.WireConn.
 func (x *wire) Write(p []byte) {
 	if x.c != nil {
 		_, _ = x.c.Write(p)
 	}
 }
 
-// CloseWrite implements upstream.WireConn.
+// CloseWrite implements bytestream.WireConn.
 func (x *wire) CloseWrite() {
 	if x.c == nil {
 		return
@@ -195,7 +195,7 @@ func (x *wire) CloseWrite() {
 	_ = unix.Shutdown(x.c.Fd(), unix.SHUT_WR)
 }
 
-// Close implements upstream.WireConn.
+// Close implements bytestream.WireConn.
 func (x *wire) Close() {
 	if x.c != nil {
 		_ = x.c.Close()
