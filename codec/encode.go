@@ -64,6 +64,14 @@ func AppendResult(dst, id, result []byte) []byte {
 func AppendError(dst, id []byte, code Code, message, dataCode string, details []byte) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = appendRaw(dst, id)
+	dst = appendErrorMember(dst, code, message, dataCode, details)
+	return append(dst, '}')
+}
+
+// appendErrorMember appends ,"error":{"code":<code>,"message":<message>
+// [,"data":{"code":<dataCode>[,"details":<details>]}]}: the error object
+// of a response and of a plain subscription's error notification.
+func appendErrorMember(dst []byte, code Code, message, dataCode string, details []byte) []byte {
 	dst = append(dst, `,"error":{"code":`...)
 	dst = appendCode(dst, code)
 	dst = append(dst, `,"message":`...)
@@ -77,7 +85,7 @@ func AppendError(dst, id []byte, code Code, message, dataCode string, details []
 		}
 		dst = append(dst, '}')
 	}
-	return append(dst, "}}"...)
+	return append(dst, '}')
 }
 
 // The notification envelope, and its beginning for the two notifications a
@@ -146,16 +154,8 @@ func PlainEventHead(ns string) string {
 func AppendPlainError(dst []byte, head string, id []byte, code Code, message, dataCode string) []byte {
 	dst = append(dst, head...)
 	dst = append(dst, id...)
-	dst = append(dst, `,"error":{"code":`...)
-	dst = appendCode(dst, code)
-	dst = append(dst, `,"message":`...)
-	dst = AppendQuote(dst, message)
-	if dataCode != "" {
-		dst = append(dst, `,"data":{"code":`...)
-		dst = AppendQuote(dst, dataCode)
-		dst = append(dst, '}')
-	}
-	return append(dst, "}}}"...)
+	dst = appendErrorMember(dst, code, message, dataCode, nil)
+	return append(dst, "}}"...)
 }
 
 // AppendSubscriptionClosed appends the notification that the server ended a
