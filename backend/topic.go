@@ -12,14 +12,25 @@ import (
 // name on this process, each an event stream of the gateway. A publish
 // emits one event to every member without waiting; a member whose buffer is
 // full is closed SLOW_CONSUMER by its stream (CONTRACT.md section 6). The
-// memory backend's topics and the NATS topics (package topics) both deliver
-// through it. Each event is encoded once, in a buffer of its own that the
-// members implementing SharedEmitter (the gateway's streams) keep instead of
-// copying it. Safe for concurrent use.
+// memory backend's topics deliver through it. Each event is encoded once
+// (SharedTopicEvent), in a buffer of its own that the members implementing
+// SharedEmitter (the gateway's streams) keep instead of copying it. Safe for
+// concurrent use.
 type Fanout struct {
-	mu   sync.Mutex
-	seq  int64                    // guarded by mu: last sequence number of Publish
-	subs map[Stream]SharedEmitter // guarded by mu: nil value when the member copies
+	mu  sync.Mutex
+	seq int64 // guarded by mu: last sequence number of Publish
+	// members is guarded by mu: a slice, not a map, because a fan-out walks
+	// every member for every event (a map's iteration cost a tenth of a
+	// 10,000-member fan-out's time); index gives Leave its member's slot.
+	members []fanoutMember
+	index   map[Stream]int // guarded by mu: position of each member in members
+}
+
+// fanoutMember is one member of a Fanout: its stream, and the same stream as
+// a SharedEmitter when it keeps shared events (nil when it copies).
+type fanoutMember struct {
+	s      Stream
+	shared SharedEmitter
 }
 
 // Join adds s; it gets the events published from now on. It returns the
@@ -27,27 +38,42 @@ type Fanout struct {
 func (f *Fanout) Join(s Stream) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.subs == nil {
-		f.subs = make(map[Stream]SharedEmitter)
+	if f.index == nil {
+		f.index = make(map[Stream]int)
 	}
-	shared, _ := s.(SharedEmitter)
-	f.subs[s] = shared
-	return len(f.subs)
+	if _, ok := f.index[s]; !ok {
+		shared, _ := s.(SharedEmitter)
+		f.index[s] = len(f.members)
+		f.members = append(f.members, fanoutMember{s: s, shared: shared})
+	}
+	return len(f.members)
 }
 
-// Leave removes s and returns the number of members left.
+// Leave removes s and returns the number of members left. The last member
+// takes its slot.
 func (f *Fanout) Leave(s Stream) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.subs, s)
-	return len(f.subs)
+	i, ok := f.index[s]
+	if !ok {
+		return len(f.members)
+	}
+	delete(f.index, s)
+	last := len(f.members) - 1
+	if i != last {
+		f.members[i] = f.members[last]
+		f.index[f.members[i].s] = i
+	}
+	f.members[last] = fanoutMember{}
+	f.members = f.members[:last]
+	return len(f.members)
 }
 
 // Len is the number of members.
 func (f *Fanout) Len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.subs)
+	return len(f.members)
 }
 
 // Publish emits data (raw JSON) with the next sequence number of f as seq
@@ -68,27 +94,45 @@ func (f *Fanout) PublishSeq(seq int64, data []byte) int {
 	return f.emitLocked(seq, data)
 }
 
-// emitLocked encodes the event into a new buffer, never written again: the
-// members that share it hold it until their connections wrote it (one
-// allocation per event instead of a copy per member).
+// emitLocked encodes the event once and hands it to every member.
 func (f *Fanout) emitLocked(seq int64, data []byte) int {
-	if len(f.subs) == 0 {
+	if len(f.members) == 0 {
 		return 0
 	}
-	_, cursor, body := TopicEvent(make([]byte, 0, topicEventSize(data)), seq, data)
+	cursor, body := SharedTopicEvent(seq, data)
 	delivered := 0
-	for s, shared := range f.subs {
+	for _, m := range f.members {
 		var ok bool
-		if shared != nil {
-			ok = shared.EmitShared(cursor, body)
+		if m.shared != nil {
+			ok = m.shared.EmitShared(cursor, body)
 		} else {
-			ok = s.Emit(cursor, body)
+			ok = m.s.Emit(cursor, body)
 		}
 		if ok {
 			delivered++
 		}
 	}
 	return delivered
+}
+
+// SharedTopicEvent encodes an edge/topic event (TopicEvent) into a new
+// buffer that is never written again, and returns its cursor and body. A
+// fan-out hands the same two slices to every member: a SharedEmitter keeps
+// them as they are until its connection wrote them, so the event is encoded
+// and allocated once per publish, not once per member.
+func SharedTopicEvent(seq int64, data []byte) (cursor, body []byte) {
+	_, cursor, body = TopicEvent(make([]byte, 0, topicEventSize(data)), seq, data)
+	return cursor, body
+}
+
+// EmitShared hands s an event whose cursor and body the caller never writes
+// again (SharedTopicEvent's): kept by reference when s is a SharedEmitter,
+// copied by s.Emit otherwise.
+func EmitShared(s Stream, cursor, body []byte) bool {
+	if sh, ok := s.(SharedEmitter); ok {
+		return sh.EmitShared(cursor, body)
+	}
+	return s.Emit(cursor, body)
 }
 
 // topicEventSize bounds the length of TopicEvent's output for data.

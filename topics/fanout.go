@@ -25,8 +25,7 @@ type fanout struct {
 	// and a new handler of the topic at once (a subscription renewed). No
 	// loop takes it.
 	pub sync.Mutex
-	seq int64  // guarded by pub: the last sequence number of publish
-	buf []byte // guarded by pub: scratch for an event's members
+	seq int64 // guarded by pub: the last sequence number of publish
 
 	mu sync.Mutex
 	// members is guarded by mu and written only with Topics.mu held as
@@ -76,8 +75,10 @@ func (f *fanout) publishSeq(seq int64, data []byte) int {
 	return f.emitLocked(seq, data)
 }
 
-// emitLocked emits one event to a snapshot of the members. Called with pub
-// held.
+// emitLocked emits one event to a snapshot of the members. The event is
+// encoded once (backend.SharedTopicEvent) and every member's stream keeps a
+// reference to it (backend.SharedEmitter) instead of a copy: one allocation
+// per event instead of one copy per member. Called with pub held.
 func (f *fanout) emitLocked(seq int64, data []byte) int {
 	f.mu.Lock()
 	if f.stale {
@@ -85,11 +86,13 @@ func (f *fanout) emitLocked(seq int64, data []byte) int {
 	}
 	members := f.snap
 	f.mu.Unlock()
-	var cursor, body []byte
-	f.buf, cursor, body = backend.TopicEvent(f.buf[:0], seq, data)
+	if len(members) == 0 {
+		return 0
+	}
+	cursor, body := backend.SharedTopicEvent(seq, data)
 	delivered := 0
 	for _, s := range members {
-		if s.st.Emit(cursor, body) {
+		if backend.EmitShared(s.st, cursor, body) {
 			delivered++
 		}
 	}

@@ -207,3 +207,53 @@ func TestStaleSubscribeNotReady(t *testing.T) {
 		t.Fatalf("answered before the event {\"i\":1} was published, then got only %q", strs(got))
 	}
 }
+
+// sharedStream is a backend.Stream and backend.SharedEmitter that keeps
+// the events handed to it by reference, as the gateway's streams do, and
+// counts those it had to copy (Emit).
+type sharedStream struct {
+	countStream
+	copied int
+	kept   [][]byte // the bodies given to EmitShared, not copied
+}
+
+func (s *sharedStream) Emit(_, body []byte) bool { s.copied++; return true }
+
+func (s *sharedStream) EmitShared(_, body []byte) bool {
+	s.kept = append(s.kept, body)
+	return true
+}
+
+// TestFanoutSharesEvent: a topic's fan-out encodes each event once and
+// hands that one encoding to every member that can keep it
+// (backend.SharedEmitter) instead of a scratch buffer every member must
+// copy: the members' bodies share one backing array, and an event a member
+// kept is not overwritten by the next publish.
+func TestFanoutSharesEvent(t *testing.T) {
+	var f fanout
+	streams := make([]*sharedStream, 3)
+	for i := range streams {
+		streams[i] = &sharedStream{}
+		f.join(&sub{st: streams[i]})
+	}
+	if n := f.publish([]byte(`{"a":1}`)); n != len(streams) {
+		t.Fatalf("delivered %d, want %d", n, len(streams))
+	}
+	if n := f.publish([]byte(`{"b":2}`)); n != len(streams) {
+		t.Fatalf("delivered %d, want %d", n, len(streams))
+	}
+	want := [][]byte{[]byte(`"cursor":"1","seq":1,"data":{"a":1}`), []byte(`"cursor":"2","seq":2,"data":{"b":2}`)}
+	for i, s := range streams {
+		if s.copied != 0 || len(s.kept) != 2 {
+			t.Fatalf("member %d: %d events copied, %d kept; want every event kept, none copied", i, s.copied, len(s.kept))
+		}
+		for j, body := range s.kept {
+			if !bytes.Equal(body, want[j]) {
+				t.Fatalf("member %d, event %d reads %q, want %q", i, j+1, body, want[j])
+			}
+			if &body[0] != &streams[0].kept[j][0] {
+				t.Fatalf("member %d, event %d: a copy of its own, not the shared encoding", i, j+1)
+			}
+		}
+	}
+}
