@@ -41,6 +41,13 @@ type eventLoop struct {
 	spare []rpc.Completion // loop-owned: the other half of the double buffer
 	conns []*conn          // loop-owned: every open connection, for sweeps
 	dirty []*conn          // loop-owned: connections with unflushed output
+	// deferred are the connections whose sessions have subscription events
+	// for their next write (rpc.DeferringSink): framed by the flush, each
+	// just before its connection's write (events.go).
+	deferred []*conn // loop-owned
+	// capped are the connections that refused an event over their hard
+	// outbound cap: closed SLOW_CONSUMER by the flush (events.go).
+	capped []*conn // loop-owned
 	bufs  [][]byte         // loop-owned: spare output buffers
 	// spareBytes is the capacity held in bufs.
 	spareBytes int // loop-owned
@@ -193,18 +200,29 @@ func (l *eventLoop) flush() {
 	l.flushWires()
 }
 
-// flushConns is flush but for the wires.
+// flushConns is flush but for the wires. The connections with deferred
+// events go first, each framing its events and writing at once (events.go),
+// so that they take turns with one output buffer; a write can defer more
+// (Resume), so both lists are walked until they stay empty.
 func (l *eventLoop) flushConns() {
 	l.turn.Flush()
 	for _, w := range l.tails {
 		l.markDirty(w)
 	}
-	for i := 0; i < len(l.dirty); i++ {
-		w := l.dirty[i]
-		l.dirty[i] = nil
-		w.flush()
+	for {
+		l.flushEvents()
+		for i := 0; i < len(l.dirty); i++ {
+			w := l.dirty[i]
+			l.dirty[i] = nil
+			if w.dirty { // not written by flushEvents meanwhile
+				w.flush()
+			}
+		}
+		l.dirty = l.dirty[:0]
+		if len(l.deferred) == 0 && len(l.capped) == 0 {
+			return
+		}
 	}
-	l.dirty = l.dirty[:0]
 }
 
 // flushWires writes what every dirty wire queued. Runs on the loop.

@@ -79,6 +79,9 @@ type Session struct {
 	subs    map[string]*subscription // loop-owned: subscriptions not ended, by id; lazily made
 	nextSub uint64                   // loop-owned: last subscription number
 	blocked []*subscription          // loop-owned: live subscriptions with events held back
+	// ready are the live subscriptions whose events wait for the
+	// transport's next write (DeferringSink, deferred.go). Loop-owned.
+	ready []*subscription
 
 	// budget is the connection's output budget, made with its first
 	// subscription. The pointer is loop-owned; see budget for its fields.
@@ -437,7 +440,7 @@ func (s *Session) Close() {
 		}
 	}
 	s.releaseFree()
-	s.inflight, s.subs, s.blocked = idTable{}, nil, nil
+	s.inflight, s.subs, s.blocked, s.ready = idTable{}, nil, nil, nil
 	s.buf, s.key, s.name = nil, nil, nil
 }
 
@@ -501,6 +504,9 @@ func (s *Session) send(msg []byte) {
 	if s.collect != nil {
 		s.collect.add(msg)
 		return
+	}
+	if len(s.ready) > 0 {
+		s.sendReady() // events delivered before the answer go first (deferred.go)
 	}
 	b := s.budget
 	if b == nil {

@@ -97,6 +97,7 @@ type subscription struct {
 	answered     bool        // loop-owned: the establishing request got its response
 	producerDone bool        // loop-owned: the producer returned (its task completed)
 	blocked      bool        // loop-owned: in Session.blocked, waiting for the socket
+	ready        bool        // loop-owned: in Session.ready, its events wait for the transport's write (deferred.go)
 	endReason    closeReason // loop-owned: notification owed once the establishing request is answered
 	lastCursor   []byte      // loop-owned: cursor of the last event handed to the socket
 }
@@ -374,9 +375,14 @@ func (s *Session) releaseID(t *Task) bool {
 	return false
 }
 
-// drainEvents writes buffered events while the connection is writable. Must be
-// called on the loop.
+// drainEvents writes buffered events while the connection is writable. A
+// DeferringSink takes them at its write instead (SendEvents). Must be called
+// on the loop.
 func (s *Session) drainEvents(sub *subscription) {
+	if ds, ok := s.sink.(DeferringSink); ok {
+		s.deferEvents(ds, sub)
+		return
+	}
 	st := &sub.st
 	st.mu.Lock()
 	delivered := 0
@@ -464,6 +470,11 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 		return
 	}
 	establishing := sub.state == subEstablishing
+	if sub.ready && !establishing {
+		// Events delivered before the end go out, as they would have
+		// without a DeferringSink.
+		s.writeEvents(s.sink.(DeferringSink), sub)
+	}
 	sub.to(subEnded)
 	if reason == reasonSlowConsumer {
 		s.ctr.SlowSubscriptions++
@@ -486,6 +497,9 @@ func (s *Session) endSubscription(sub *subscription, reason closeReason) {
 // subscription/closed, or a plain subscription's error notification
 // (plain.go). Must be called on the loop.
 func (s *Session) closedNotice(sub *subscription, reason closeReason, cursor []byte) {
+	if len(s.ready) > 0 {
+		s.sendReady() // the events delivered before it go first
+	}
 	if sub.ns != "" {
 		s.plainEnd(sub, reason)
 		return

@@ -48,7 +48,14 @@ type subOpts struct {
 	bufferBytes  int // SubscriptionBufferBytes
 	cancelReply  CancelReply
 	limit        int // the sink's OutboundLimit, the connection budget (0: 1 GiB)
+	// deferring gives the session a DeferringSink (deferSink), as the
+	// loop's connections are; so does deferAll.
+	deferring bool
 }
+
+// deferAll makes every harness's sink a deferSink (TestDeferredEvents runs
+// the subscription tests with it). Tests that set it are not parallel.
+var deferAll bool
 
 // subHarness is one simulated event loop with one session, a real pool and
 // the controllable subscription backend.
@@ -62,6 +69,7 @@ type subHarness struct {
 	posts chan Completion // worker side: posted completions
 	queue []Completion    // loop side: received, not yet applied, oldest first
 	sink  *subSink
+	dsink *deferSink // the session's sink when deferring, nil otherwise
 	sess  *Session
 	prods []*subProducer
 	where string // the step running, for failure messages
@@ -205,7 +213,12 @@ func newSubHarness(t *testing.T, o subOpts) *subHarness {
 		posts: make(chan Completion, 1<<16),
 		sink:  &subSink{writable: true, limit: cmp.Or(o.limit, 1<<30)},
 	}
-	h.sess = srv.NewSession(WebSocket, h.sink, subPoster(h.posts))
+	if o.deferring || deferAll {
+		h.dsink = &deferSink{subSink: h.sink}
+		h.sess = srv.NewSession(WebSocket, h.dsink, subPoster(h.posts))
+	} else {
+		h.sess = srv.NewSession(WebSocket, h.sink, subPoster(h.posts))
+	}
 	t.Cleanup(h.shutdown)
 	return h
 }
@@ -441,11 +454,33 @@ func (h *subHarness) apply() {
 	for _, c := range q {
 		c.Apply()
 	}
+	h.flush()
+}
+
+// flush is the transport's write at the end of the loop's turn: a
+// deferSink has the session hand over its deferred events
+// (Session.SendEvents). The harness also flushes before it looks at the
+// output, standing for the flush that ends every turn of the loop (a test
+// calling Session.Resume itself, say).
+func (h *subHarness) flush() {
+	h.t.Helper()
+	if h.dsink == nil {
+		return
+	}
+	for h.dsink.deferred > 0 {
+		if h.dsink.deferred > 1 {
+			h.fatalf("DeferEvents called %d times before SendEvents, want once", h.dsink.deferred)
+			return
+		}
+		h.dsink.deferred = 0
+		h.sess.SendEvents()
+	}
 }
 
 // expect consumes the next messages the session sent and compares bytes.
 func (h *subHarness) expect(want ...string) {
 	h.t.Helper()
+	h.flush()
 	for _, w := range want {
 		u := h.sink.unread()
 		if len(u) == 0 {
@@ -463,6 +498,7 @@ func (h *subHarness) expect(want ...string) {
 // expectNothing checks that the session sent nothing not yet consumed.
 func (h *subHarness) expectNothing() {
 	h.t.Helper()
+	h.flush()
 	if u := h.sink.unread(); len(u) > 0 {
 		h.fatalf("unexpected output: %q", u)
 	}
