@@ -41,13 +41,6 @@ type eventLoop struct {
 	spare []rpc.Completion // loop-owned: the other half of the double buffer
 	conns []*conn          // loop-owned: every open connection, for sweeps
 	dirty []*conn          // loop-owned: connections with unflushed output
-	// deferred are the connections whose sessions have subscription events
-	// for their next write (rpc.DeferringSink): framed by the flush, each
-	// just before its connection's write (events.go).
-	deferred []*conn // loop-owned
-	// capped are the connections that refused an event over their hard
-	// outbound cap: closed SLOW_CONSUMER by the flush (events.go).
-	capped []*conn // loop-owned
 	bufs  [][]byte         // loop-owned: spare output buffers
 	// spareBytes is the capacity held in bufs.
 	spareBytes int // loop-owned
@@ -80,6 +73,14 @@ type eventLoop struct {
 	// readAt is when the input being handled arrived (conn.traffic), in
 	// unix nanoseconds: the clock of the rate limit and of identity expiry.
 	readAt int64 // loop-owned
+
+	// deferred are the connections whose sessions have subscription events
+	// for their next write (rpc.DeferringSink): framed by the flush, each
+	// just before its connection's write (events.go).
+	deferred []*conn // loop-owned
+	// capped are the connections that refused an event over their hard
+	// outbound cap: closed SLOW_CONSUMER by the flush (events.go).
+	capped []*conn // loop-owned
 }
 
 // Output buffers: a new one has minOutBuf bytes; one larger than maxSpareBuf
