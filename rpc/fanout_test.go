@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/openengine/edge/backend"
+	"github.com/openengine/edge/codec"
 	"github.com/openengine/edge/internal/poll"
 )
 
@@ -70,6 +71,31 @@ type loopQueue struct {
 	mu       sync.Mutex
 	q, spare []Completion
 	posts    int // completions posted
+	// deferred are the sessions whose deferEventSink has events for the
+	// flush that ends apply, as the loop's connections do. Loop-owned.
+	deferred []*Session
+	out      []byte // the loop's one output buffer, for deferEventSink
+}
+
+// deferEventSink is a subEventSink that takes events at the loop's flush
+// (DeferringSink): framed into the loop's one output buffer, then counted.
+type deferEventSink struct {
+	*subEventSink
+	sess *Session
+	loop *loopQueue
+}
+
+func (s *deferEventSink) DeferEvents() { s.loop.deferred = append(s.loop.deferred, s.sess) }
+
+func (s *deferEventSink) SendEvent(head string, id, members []byte) bool {
+	start := len(s.loop.out)
+	s.loop.out = codec.AppendEventFrame(s.loop.out, head, id, members)
+	s.msgs++
+	s.bytes += len(s.loop.out) - start
+	if s.keepLast {
+		s.last = string(codec.AppendEventWith(nil, head, id, members))
+	}
+	return true
 }
 
 func (p *loopQueue) Post(c Completion) {
@@ -90,13 +116,20 @@ func (p *loopQueue) apply() int {
 		q[i] = nil
 	}
 	p.spare = q[:0]
+	// The flush: each deferring session's events, then its "write".
+	for i, s := range p.deferred {
+		p.deferred[i] = nil
+		s.SendEvents()
+		p.out = p.out[:0]
+	}
+	p.deferred = p.deferred[:0]
 	return len(q)
 }
 
 // fanoutSessions starts n sessions, each subscribed to one topic of a
 // backend.Fanout, on one poster; it returns the topic, the poster and the
 // sessions' sinks. Everything is closed at the end of the test.
-func fanoutSessions(tb testing.TB, n int) (*backend.Fanout, *loopQueue, []*subEventSink) {
+func fanoutSessions(tb testing.TB, n int, deferring bool) (*backend.Fanout, *loopQueue, []*subEventSink) {
 	tb.Helper()
 	pool := backend.NewPool(n+16, time.Minute)
 	f := &backend.Fanout{}
@@ -114,7 +147,13 @@ func fanoutSessions(tb testing.TB, n int) (*backend.Fanout, *loopQueue, []*subEv
 	sessions := make([]*Session, n)
 	for i := range sessions {
 		sinks[i] = &subEventSink{}
-		sessions[i] = srv.NewSession(WebSocket, sinks[i], post)
+		if deferring {
+			ds := &deferEventSink{subEventSink: sinks[i], loop: post}
+			sessions[i] = srv.NewSession(WebSocket, ds, post)
+			ds.sess = sessions[i]
+		} else {
+			sessions[i] = srv.NewSession(WebSocket, sinks[i], post)
+		}
 		sessions[i].HandleMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"test/topic","params":{}}`))
 	}
 	answered := func() int {
@@ -149,8 +188,14 @@ func fanoutSessions(tb testing.TB, n int) (*backend.Fanout, *loopQueue, []*subEv
 // encodes the event once; every member's ring references that one copy until
 // its connection writes it, and each member gets the event byte for byte.
 func TestFanoutSharesEvent(t *testing.T) {
+	for _, deferring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deferring=%v", deferring), func(t *testing.T) { testFanoutSharesEvent(t, deferring) })
+	}
+}
+
+func testFanoutSharesEvent(t *testing.T, deferring bool) {
 	const n = 3
-	f, post, sinks := fanoutSessions(t, n)
+	f, post, sinks := fanoutSessions(t, n, deferring)
 	for _, s := range sinks {
 		s.keepLast = true
 	}
@@ -217,9 +262,18 @@ func TestSharedEventNeverWritten(t *testing.T) {
 // send to a counting sink (the transport is not included). Reported per
 // delivery; allocs/op is per publish. posts/delivery is the loop hand-offs.
 func BenchmarkFanoutDelivery(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			f, post, sinks := fanoutSessions(b, n)
+	for _, c := range []struct {
+		n         int
+		deferring bool
+	}{{1000, false}, {10000, false}, {1000, true}, {10000, true}} {
+		name := fmt.Sprint(c.n)
+		if c.deferring {
+			// As the loop's connections: framed at the flush (DeferringSink).
+			name = "deferred-" + name
+		}
+		n := c.n
+		b.Run(name, func(b *testing.B) {
+			f, post, sinks := fanoutSessions(b, n, c.deferring)
 			data := []byte(`{"t":1733400000000000000,"p":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`)
 			f.Publish(data) // the rings' first event allocates them
 			post.apply()
