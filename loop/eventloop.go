@@ -91,8 +91,9 @@ type eventLoop struct {
 // are well above what busy turns write: a buffer dropped after every turn
 // would be regrown from minOutBuf by doubling in the next, which cost a
 // third of the loop's time in W1 c4w64-1KiB (64 responses of 1 KiB per turn)
-// and a quarter in W4 (a fan-out to 10,000 connections needs one buffer per
-// connection in the same turn).
+// and a quarter in W4, when a fan-out to 10,000 connections held one buffer
+// per connection until the end of the turn (its events now take turns with
+// one, events.go).
 const (
 	minOutBuf   = 512
 	maxSpareBuf = 1 << 20
@@ -316,10 +317,12 @@ func (l *eventLoop) sweepPaused(context.Context) error {
 	return nil
 }
 
-// getBuf returns an empty output buffer. A turn that writes to many
-// connections at once (a fan-out) needs one buffer per connection until the
-// flush, so spare buffers are kept up to a byte budget rather than a count:
-// a steady fan-out to thousands of connections then allocates nothing.
+// getBuf returns an empty output buffer. A turn that answers on many
+// connections at once needs one buffer per connection until the flush, so
+// spare buffers are kept up to a byte budget rather than a count. The spares
+// are a stack: the buffer put back last is handed out next, which is how a
+// fan-out's connections, each framing its events and writing in turn
+// (events.go), share one.
 func (l *eventLoop) getBuf() []byte {
 	if n := len(l.bufs); n > 0 {
 		b := l.bufs[n-1]
