@@ -34,15 +34,16 @@ import (
 // readable (syscall.RawConn.Read) and then calls accept4(2) on its
 // descriptor itself, non-blocking and close-on-exec, until the backlog is
 // empty or it holds acceptBurst sockets. It gives each socket to the event
-// loop with the fewest connections, one task per loop and burst
-// (gnet.EventLoop.Execute), which opens them there (enrollFD, gnetfd.go):
-// gnet's connection is made for the descriptor as gnet's own acceptor makes
-// it, without the net package's objects (net.TCPConn, its netFD and netpoll
-// registration, two net.TCPAddr, the dup'ed descriptor that Client.Enroll
-// needs) and without any address object: the peer's address is read from
-// the raw sockaddr into a netip.AddrPort and formatted only when asked. The
-// listener's TCP_NODELAY (set once by listen) is inherited by every
-// accepted socket (Linux copies it), as Go's accepted sockets get it.
+// loop with the fewest connections, one task per loop and burst (a
+// pooled acceptBatch, gnet.EventLoop.Execute), which opens them there
+// (enrollFD, gnetfd.go): gnet's connection is made for the descriptor as
+// gnet's own acceptor makes it, without the net package's objects
+// (net.TCPConn, its netFD and netpoll registration, two net.TCPAddr, the
+// dup'ed descriptor that Client.Enroll needs) and without any address
+// object: the peer's address is read from the raw sockaddr into a
+// netip.AddrPort and formatted only when asked. The listener's
+// TCP_NODELAY (set once by listen) is inherited by every accepted socket
+// (Linux copies it), as Go's accepted sockets get it.
 //
 // On EMFILE, ENFILE, ENOBUFS or ENOMEM from accept4 the acceptor opens the
 // sockets it already took and pauses: 5 ms, doubling to 1 s while the
