@@ -127,7 +127,9 @@ func TestAcceptAllocations(t *testing.T) {
 // session: an upgraded connection made its rpc.Session (328 bytes, with
 // the id table) at the upgrade, so every idle connection held one. Now it
 // is made with the first message: after the upgrade the connection has
-// none, after one request it has one.
+// none, after one request it has one. The idle connection has no
+// connExtra either (a change that made one for every connection, in
+// conn.open, fails here).
 func TestIdleConnHasNoSession(t *testing.T) {
 	s := startLoopServer(t, Config{})
 	d := newRawDialer(t, s)
@@ -157,6 +159,13 @@ func TestIdleConnHasNoSession(t *testing.T) {
 	}
 	if sess, ok := sessionOf().(*rpc.Session); ok {
 		t.Fatalf("idle connection after its upgrade: session %T, want none yet", sess)
+	}
+	// Nor a connExtra: a plain WebSocket connection without a token, a
+	// rate limit or pending output has no use for one.
+	var x *connExtra
+	onLoop(t, l, func() { x = l.conns[0].x })
+	if x != nil {
+		t.Fatalf("idle connection after its upgrade: connExtra %+v, want none", *x)
 	}
 	if _, err := unix.Write(fd, echoFrame()); err != nil {
 		t.Fatal(err)
