@@ -31,7 +31,6 @@ type Reader struct {
 
 	// The data frame whose payload is being absorbed into buf (inFrame).
 	remaining int64 // payload bytes of the frame not absorbed yet
-	maskOff   int   // payload bytes of the frame unmasked so far, mod 4: ws.Cipher's offset
 
 	// The text message being reassembled: its first frame's header was consumed
 	// and the frame with FIN set has not completed yet (inMessage).
@@ -53,8 +52,12 @@ type Reader struct {
 	inFrame   bool
 	fin       bool
 	inMessage bool
-	mask      [4]byte
-	text      UTF8
+	// maskOff is the frame's payload bytes unmasked so far, mod 4:
+	// ws.Cipher's offset. A byte, in the padding after the flags: a
+	// Reader is 80 bytes, not 88.
+	maskOff uint8
+	mask    [4]byte
+	text    UTF8
 }
 
 // Next consumes bytes from the front of b and returns the next event.
@@ -95,8 +98,8 @@ func (r *Reader) Next(b []byte) (ev Event, consumed int, err error) {
 				}
 				r.buf = append(r.buf, b[off:off+n]...)
 				p := r.buf[start:]
-				ws.Cipher(p, r.mask, r.maskOff)
-				r.maskOff = (r.maskOff + n) & 3
+				ws.Cipher(p, r.mask, int(r.maskOff))
+				r.maskOff = uint8((int(r.maskOff) + n) & 3)
 				r.remaining -= int64(n)
 				off += n
 				if !r.text.Write(p) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/gobwas/ws"
 	"pgregory.net/rapid"
@@ -628,5 +629,14 @@ func TestUnmaskShort(t *testing.T) {
 				t.Fatalf("key % x, %d bytes: got % x, want % x", key, n, p, want)
 			}
 		}
+	}
+}
+
+// TestReaderSize keeps the Reader at 80 bytes: every idle WebSocket
+// connection holds one (issue 21). maskOff was an int (88 bytes); a new
+// field goes in the padding after the flags, or is weighed against it.
+func TestReaderSize(t *testing.T) {
+	if got := unsafe.Sizeof(Reader{}); got > 80 {
+		t.Errorf("codec.Reader is %d bytes, want at most 80", got)
 	}
 }

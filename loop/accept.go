@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -35,15 +34,16 @@ import (
 // readable (syscall.RawConn.Read) and then calls accept4(2) on its
 // descriptor itself, non-blocking and close-on-exec, until the backlog is
 // empty or it holds acceptBurst sockets. It gives each socket to the event
-// loop with the fewest connections, one task per loop and burst
-// (gnet.EventLoop.Execute), which opens them there (enrollFD, gnetfd.go):
-// gnet's connection is made for the descriptor as gnet's own acceptor makes
-// it, without the net package's objects (net.TCPConn, its netFD and netpoll
-// registration, two net.TCPAddr, the dup'ed descriptor that Client.Enroll
-// needs) and without any address object: the peer's address is read from
-// the raw sockaddr into a netip.AddrPort and formatted only when asked. The
-// listener's TCP_NODELAY (set once by listen) is inherited by every
-// accepted socket (Linux copies it), as Go's accepted sockets get it.
+// loop with the fewest connections, one task per loop and burst (a
+// pooled acceptBatch, gnet.EventLoop.Execute), which opens them there
+// (enrollFD, gnetfd.go): gnet's connection is made for the descriptor as
+// gnet's own acceptor makes it, without the net package's objects
+// (net.TCPConn, its netFD and netpoll registration, two net.TCPAddr, the
+// dup'ed descriptor that Client.Enroll needs) and without any address
+// object: the peer's address is read from the raw sockaddr into a
+// netip.AddrPort and formatted only when asked. The listener's
+// TCP_NODELAY (set once by listen) is inherited by every accepted socket
+// (Linux copies it), as Go's accepted sockets get it.
 //
 // On EMFILE, ENFILE, ENOBUFS or ENOMEM from accept4 the acceptor opens the
 // sockets it already took and pauses: 5 ms, doubling to 1 s while the
@@ -111,7 +111,15 @@ type acceptor struct {
 	file   *os.File // guarded by mu
 	closed bool     // guarded by mu: close was called
 
-	burst    []accepted    // the sockets of the current burst
+	// ready is accept's callback for RawConn.Read, made once (a closure
+	// made per wake-up was two allocations: itself and err); err is the
+	// error it met. burst has the sockets of the current burst, load the
+	// loops' connection counts while hand spreads them.
+	ready    func(fd uintptr) bool
+	err      error
+	burst    []accepted
+	load     []int32
+	batches  sync.Pool     // *acceptBatch, back from the loops
 	timer    *time.Timer   // pause timer, nil until the first pause
 	delay    time.Duration // current pause, 0 when accepting
 	since    time.Time     // start of the current burst of pauses
@@ -231,29 +239,11 @@ func (a *acceptor) stopped() bool {
 // to the loops. It returns accept4's error, or the listener's once it is
 // closed.
 func (a *acceptor) accept(raw syscall.RawConn) error {
-	var aerr error
-	err := raw.Read(func(lfd uintptr) bool {
-		for len(a.burst) < acceptBurst {
-			fd, peer, err := accept4(int(lfd))
-			switch err {
-			case nil:
-				if !a.srv.cfg.peerAllowed(a.proto, peer) {
-					_ = unix.Close(fd) // unanswered (proxy.go)
-					a.srv.offLoop[rejectProxyUntrusted].Add(1)
-					continue
-				}
-				a.burst = append(a.burst, accepted{fd: fd, proto: a.proto, peer: peer})
-				continue
-			case unix.EAGAIN:
-				return len(a.burst) > 0 // wait for readiness when there was none
-			case unix.EINTR, unix.ECONNABORTED:
-				continue // a connection reset in the backlog (accept(2))
-			}
-			aerr = &net.OpError{Op: "accept", Net: "tcp", Addr: a.ln.Addr(), Err: os.NewSyscallError("accept4", err)}
-			return true
-		}
-		return true
-	})
+	if a.ready == nil {
+		a.ready = a.acceptReady
+	}
+	a.err = nil
+	err := raw.Read(a.ready)
 	if len(a.burst) > 0 {
 		a.hand(a.burst)
 		clear(a.burst)
@@ -262,7 +252,33 @@ func (a *acceptor) accept(raw syscall.RawConn) error {
 	if err != nil {
 		return err
 	}
-	return aerr
+	return a.err
+}
+
+// acceptReady is accept's RawConn.Read callback: it takes sockets into
+// a.burst until the backlog is empty, the burst full or accept4 fails
+// (a.err), and reports false to wait for readiness when there was none.
+func (a *acceptor) acceptReady(lfd uintptr) bool {
+	for len(a.burst) < acceptBurst {
+		fd, peer, err := accept4(int(lfd))
+		switch err {
+		case nil:
+			if !a.srv.cfg.peerAllowed(a.proto, peer) {
+				_ = unix.Close(fd) // unanswered (proxy.go)
+				a.srv.offLoop[rejectProxyUntrusted].Add(1)
+				continue
+			}
+			a.burst = append(a.burst, accepted{fd: fd, proto: a.proto, peer: peer})
+			continue
+		case unix.EAGAIN:
+			return len(a.burst) > 0 // wait for readiness when there was none
+		case unix.EINTR, unix.ECONNABORTED:
+			continue // a connection reset in the backlog (accept(2))
+		}
+		a.err = &net.OpError{Op: "accept", Net: "tcp", Addr: a.ln.Addr(), Err: os.NewSyscallError("accept4", err)}
+		return true
+	}
+	return true
 }
 
 // accept4 accepts one connection of the listener lfd: a non-blocking,
@@ -300,47 +316,91 @@ func netPort(p uint16) uint16 {
 }
 
 // hand gives each socket of burst to the loop with the fewest connections,
-// one task per loop. The sockets are closed if a loop is stopping.
+// one task per loop (an acceptBatch). The sockets are closed if a loop is
+// stopping.
 func (a *acceptor) hand(burst []accepted) {
 	loops := a.srv.numbered
 	if len(loops) == 1 {
-		a.queue(loops[0], slices.Clone(burst))
+		b := a.batch(loops[0])
+		b.cs = append(b.cs, burst...)
+		a.queue(b)
 		return
 	}
-	per := make([][]accepted, len(loops))
-	load := make([]int32, len(loops))
-	for i, l := range loops {
-		load[i] = l.open.Load()
+	a.load = a.load[:0]
+	for _, l := range loops {
+		a.load = append(a.load, l.open.Load())
+	}
+	var per [8]*acceptBatch // most deployments have as many loops as cores
+	batches := per[:0]
+	for range loops {
+		batches = append(batches, nil)
 	}
 	for _, c := range burst {
 		i := 0
-		for j := range load {
-			if load[j] < load[i] {
+		for j, n := range a.load {
+			if n < a.load[i] {
 				i = j
 			}
 		}
-		load[i]++
-		per[i] = append(per[i], c)
+		a.load[i]++
+		if batches[i] == nil {
+			batches[i] = a.batch(loops[i])
+		}
+		batches[i].cs = append(batches[i].cs, c)
 	}
-	for i, cs := range per {
-		if len(cs) > 0 {
-			a.queue(loops[i], cs)
+	for _, b := range batches {
+		if b != nil {
+			a.queue(b)
 		}
 	}
 }
 
-// queue has l open cs.
-func (a *acceptor) queue(l *eventLoop, cs []accepted) {
+// acceptBatch is the task that opens sockets of a burst on their loop
+// (openAccepted): one per loop and burst, pooled by its acceptor, so
+// that handing a burst over allocates nothing of edge's (a closure and a
+// copy of the burst were two allocations per burst, that is per
+// connection when they come one at a time).
+type acceptBatch struct {
+	a  *acceptor  // set by batch
+	l  *eventLoop // set by batch
+	cs []accepted // the sockets, owned by the task until it ran
+}
+
+// batch returns an empty acceptBatch for l from the pool.
+func (a *acceptor) batch(l *eventLoop) *acceptBatch {
+	b, _ := a.batches.Get().(*acceptBatch)
+	if b == nil {
+		b = &acceptBatch{a: a, cs: make([]accepted, 0, acceptBurst)}
+	}
+	b.l = l
+	return b
+}
+
+// Run opens the batch's sockets on its loop and gives the batch back to
+// the pool. Runs on the loop (gnet.Runnable).
+func (b *acceptBatch) Run(context.Context) error {
+	a := b.a
+	defer a.queued.Done()
+	b.l.openAccepted(b.cs)
+	a.release(b)
+	return nil
+}
+
+// release empties b and puts it back in the pool.
+func (a *acceptor) release(b *acceptBatch) {
+	clear(b.cs)
+	b.cs, b.l = b.cs[:0], nil
+	a.batches.Put(b)
+}
+
+// queue has b's loop open its sockets.
+func (a *acceptor) queue(b *acceptBatch) {
 	a.queued.Add(1)
-	err := l.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		defer a.queued.Done()
-		l.openAccepted(cs)
-		return nil
-	}))
-	if err != nil { // the engine is stopping
-		for _, c := range cs {
+	if err := b.l.el.Execute(context.Background(), b); err != nil { // the engine is stopping
+		for _, c := range b.cs {
 			_ = unix.Close(c.fd)
 		}
+		a.release(b)
 		a.queued.Done()
 	}
 }

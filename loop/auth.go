@@ -32,12 +32,15 @@ func bearerToken(r *codec.Request, param string) string {
 
 // identityExpired reports whether the connection's identity has ended by
 // now (unix nanoseconds).
-func (w *conn) identityExpired(now int64) bool { return w.expires != 0 && now >= w.expires }
+func (w *conn) identityExpired(now int64) bool {
+	return w.x != nil && w.x.expires != 0 && now >= w.x.expires
+}
 
 // Whoami implements rpc.Peer (edge/whoami).
 func (w *conn) Whoami() (subject string, ok bool, expires time.Time, remote string) {
-	if w.who != nil {
-		subject, ok, expires = w.who.Subject, true, w.who.Expires
+	if w.x != nil && w.x.who != nil {
+		who := w.x.who
+		subject, ok, expires = who.Subject, true, who.Expires
 	}
 	if w.remote.IsValid() {
 		remote = w.remote.String()

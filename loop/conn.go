@@ -78,48 +78,32 @@ const (
 // conn is one client connection of either binding. loop-owned: only its event
 // loop touches it, so it has no lock.
 //
-// Every idle connection holds one, so its size counts (issue 21): the
-// fields are ordered by size, times are instants (8 bytes, not a
-// time.Time's 24), and what only some connections use is behind a pointer
-// made when needed (the NDJSON line splitter, the rate bucket); the
-// rpc.Session is made with the first message (unstarted).
+// Every idle connection holds one, so its size counts (issue 21): it is 224
+// bytes (TestConnSize). The fields are ordered by size, times are instants
+// (8 bytes, not a time.Time's 24), what only some connections use is in
+// connExtra, made when first needed, and the rpc.Session is made with the
+// first message (unstarted). A new field that not every idle connection
+// needs belongs in connExtra.
 type conn struct {
 	c    gnet.Conn  // immutable
 	l    *eventLoop // immutable
 	sess session    // nil until the connection is open; unstarted until its first message
-	// who is the identity its token gave, when the listener authenticates;
-	// expires is its end in unix nanoseconds, 0 for none. Set by the
-	// upgrade.
-	who *auth.Identity
-	// tls is the connection's TLS layer on a wss:// listener, nil on a
-	// plain one (tls.go). Set when it opens.
-	tls  *tlsState
-	lr   *codec.LineReader // NDJSON line splitter, nil on WebSocket
-	rate *rateBucket       // --rate-limit: nil when off
-	// eof is set once the peer of an NDJSON connection half-closed: gnet's
-	// connection is gone and the output goes here (halfclose.go).
-	eof *tailWriter
-	out []byte // output produced this turn, written by flush
+	x    *connExtra // nil until a field of it is needed (more)
+	out  []byte     // output produced this turn, written by flush
 
 	// remote is the client's address (CONTRACT.md section 11.5): the
 	// peer's, or what a PROXY protocol header or a trusted proxy's
-	// X-Forwarded-For says. edge/whoami reports it.
+	// X-Forwarded-For says. edge/whoami reports it. Once ipCounted, it
+	// is the address counted against --max-conns-per-ip and does not
+	// change (countIP).
 	remote netip.AddrPort
-	// ip is the address counted against --max-conns-per-ip, when
-	// ipCounted (limits.go).
-	ip netip.Addr
 
 	rd codec.Reader // WebSocket frame decoder
 
-	expires  int64
 	lastRead instant // last time bytes arrived
-	pingedAt instant // when the outstanding server ping was queued (pinged)
-	deadline instant // handshake or closing deadline
-	// stallSince is when pending output was last seen to make progress,
-	// lastPending the pending output at the last sweep; 0 when nothing
-	// was pending.
-	stallSince  instant
-	lastPending int
+	// deadline is the handshake or closing deadline; while open with a
+	// ping outstanding (pinged), when its pong is due.
+	deadline instant
 
 	index int32 // position in l.conns, -1 when not registered
 	// code is the close code the connection ends with: the server's, or
@@ -129,7 +113,6 @@ type conn struct {
 	state connState // changed only by setState
 	// parked is what the connection counts in Server.parked: its
 	// reassembly buffer's bytes at the end of its last turn (parked.go).
-	// In the struct's tail padding: the connection stays 320 bytes.
 	parked int32
 
 	ipCounted bool
@@ -150,11 +133,62 @@ type conn struct {
 	// shutWrite asks flush to half-close the TCP connection (FIN after our
 	// close frame) once gnet has written everything.
 	shutWrite bool
-	pinged    bool // a server ping is outstanding since lastRead
+	pinged    bool // a server ping is outstanding since lastRead; its pong is due at deadline
 	// paused is set while the connection is over its soft outbound cap: its
 	// input is not consumed and its socket not read (CONTRACT.md section 6).
 	paused    bool
 	subsEnded bool // after eof: the session's subscriptions were ended
+}
+
+// connExtra is the part of a conn that only some connections use: a
+// token's identity, TLS, NDJSON, a rate limit, a half-close, a write that
+// stalls. It is made by conn.more when one of them first needs it and
+// kept until the connection is gone; an idle plain WebSocket connection
+// has none. loop-owned, like its conn.
+type connExtra struct {
+	// who is the identity its token gave, when the listener authenticates;
+	// expires is its end in unix nanoseconds, 0 for none. Set by the
+	// upgrade.
+	who     *auth.Identity
+	expires int64
+	// tls is the connection's TLS layer on a wss:// listener, nil on a
+	// plain one (tls.go). Set when it opens.
+	tls *tlsState
+	// eof is set once the peer of an NDJSON connection half-closed: gnet's
+	// connection is gone and the output goes here (halfclose.go).
+	eof *tailWriter
+	// stallSince is when pending output was last seen to make progress,
+	// lastPending the pending output at the last sweep; 0 when nothing
+	// was pending (stalled).
+	stallSince  instant
+	lastPending int
+	lr          codec.LineReader // NDJSON line splitter (Max set by open)
+	rate        rateBucket       // --rate-limit's bucket, used when it is on
+}
+
+// more returns the connection's connExtra, making it on first use.
+func (w *conn) more() *connExtra {
+	if w.x == nil {
+		w.x = new(connExtra)
+	}
+	return w.x
+}
+
+// tlsLayer is the connection's TLS layer, nil on a plain listener.
+func (w *conn) tlsLayer() *tlsState {
+	if w.x == nil {
+		return nil
+	}
+	return w.x.tls
+}
+
+// tail is the writer of a half-closed NDJSON connection, nil before its
+// peer half-closed (halfclose.go).
+func (w *conn) tail() *tailWriter {
+	if w.x == nil {
+		return nil
+	}
+	return w.x.eof
 }
 
 // instant is a point in time as nanoseconds since epoch, on the monotonic
@@ -183,12 +217,9 @@ func (w *conn) cfg() *Config { return &w.l.srv.cfg }
 
 // open starts the session once the connection speaks JSON-RPC.
 func (w *conn) open() {
-	w.gated = w.expires != 0 || w.cfg().RateLimit > 0
-	if w.cfg().RateLimit > 0 {
-		w.rate = new(rateBucket)
-	}
+	w.gated = w.x != nil && w.x.expires != 0 || w.cfg().RateLimit > 0
 	if w.proto == protoNDJSON {
-		w.lr = &codec.LineReader{Max: w.cfg().MaxMessageBytes}
+		w.more().lr.Max = w.cfg().MaxMessageBytes
 	} else {
 		w.rd.MaxMessage = int64(w.cfg().MaxMessageBytes)
 		w.rd.DeferUTF8 = true // both sessions check it (see session.HandleUnchecked)
@@ -320,8 +351,8 @@ func (w *conn) OutboundBytes() int {
 
 // pendingOut is the output written and not yet taken by the kernel.
 func (w *conn) pendingOut() int {
-	if w.eof != nil {
-		return int(w.eof.pending.Load())
+	if t := w.tail(); t != nil {
+		return int(t.pending.Load())
 	}
 	return w.c.OutboundBuffered()
 }
@@ -339,11 +370,11 @@ func (w *conn) flush() {
 		w.releaseOut()
 		return
 	}
-	if w.eof != nil {
+	if w.tail() != nil {
 		w.flushTail()
 		return
 	}
-	if w.tls != nil {
+	if w.tlsLayer() != nil {
 		w.writeTLS(w.out)
 	} else if len(w.out) > 0 {
 		_, _ = w.c.Write(w.out)
@@ -408,13 +439,14 @@ func (w *conn) traffic(buf []byte, now time.Time) int {
 // connection ciphertext, which is all used (a partial record stays in the
 // tls.Conn). Runs on the loop.
 func (w *conn) input(buf []byte, now time.Time) {
-	if w.tls == nil {
+	t := w.tlsLayer()
+	if t == nil {
 		if n := w.traffic(buf, now); n > 0 {
 			_, _ = w.c.Discard(n)
 		}
 		return
 	}
-	if w.tls.tc == nil {
+	if t.tc == nil {
 		w.tlsHello(buf)
 		return
 	}
@@ -434,8 +466,8 @@ func (w *conn) slowConsumer() {
 		w.l.counts.slow++
 	}
 	w.closeFor(causeSlowConsumer)
-	if w.eof != nil {
-		w.eof.abort()
+	if t := w.tail(); t != nil {
+		t.abort()
 	}
 }
 
@@ -520,7 +552,7 @@ func (w *conn) closeAfter(code ws.StatusCode, reason string, keep bool) {
 // pause stops consuming input and reading the socket until the outbound
 // backlog drops below the soft cap.
 func (w *conn) pause() {
-	if w.paused || w.state != stateOpen || w.eof != nil {
+	if w.paused || w.state != stateOpen || w.tail() != nil {
 		return
 	}
 	w.paused = true
@@ -538,7 +570,7 @@ func (w *conn) unpause(now time.Time) {
 	if w.state != stateOpen {
 		return
 	}
-	if buf, _ := w.c.Peek(-1); len(buf) > 0 || w.tls != nil {
+	if buf, _ := w.c.Peek(-1); len(buf) > 0 || w.tlsLayer() != nil {
 		w.input(buf, now)
 	}
 	if w.state == stateOpen && !w.paused {
@@ -568,7 +600,7 @@ func (w *conn) tick(now time.Time) {
 	cfg := w.cfg()
 	switch w.state {
 	case stateHandshake:
-		if w.tls != nil && w.tls.away {
+		if t := w.tlsLayer(); t != nil && t.away {
 			return // the handshake worker's deadline (tls.go)
 		}
 		if at(now) > w.deadline {
@@ -597,10 +629,10 @@ func (w *conn) tick(now time.Time) {
 		// Closed only PongTimeout after a ping: a sweep that comes late
 		// (a busy loop) pings first.
 		switch {
-		case w.pinged && time.Duration(at(now)-w.pingedAt) >= cfg.PongTimeout:
+		case w.pinged && at(now) >= w.deadline:
 			w.closeFor(causeIdle)
 		case silent >= cfg.PingInterval && !w.pinged:
-			w.pinged, w.pingedAt = true, at(now)
+			w.pinged, w.deadline = true, at(now.Add(cfg.PongTimeout))
 			w.appendFrame(ws.OpPing, nil)
 		}
 	case stateClosing:
@@ -617,16 +649,20 @@ func (w *conn) tick(now time.Time) {
 // WriteStallTimeout (CONTRACT.md section 6).
 func (w *conn) stalled(now time.Time) bool {
 	pending := w.pendingOut()
+	x := w.x
 	switch {
 	case pending == 0:
-		w.stallSince, w.lastPending = 0, 0
+		if x != nil {
+			x.stallSince, x.lastPending = 0, 0
+		}
 		return false
-	case w.lastPending == 0 || pending < w.lastPending:
-		w.stallSince, w.lastPending = at(now), pending
+	case x == nil || x.lastPending == 0 || pending < x.lastPending:
+		x = w.more()
+		x.stallSince, x.lastPending = at(now), pending
 		return false
 	}
-	w.lastPending = pending
-	return time.Duration(at(now)-w.stallSince) >= w.cfg().WriteStallTimeout
+	x.lastPending = pending
+	return time.Duration(at(now)-x.stallSince) >= w.cfg().WriteStallTimeout
 }
 
 // closed runs from OnClose: the session ends and every resource is released.
@@ -643,15 +679,15 @@ func (w *conn) closed() {
 	}
 	w.rd.Reset()
 	w.unpark()
-	if w.lr != nil {
-		w.lr.Reset()
-	}
 	w.l.remove(w)
 	w.releaseOut()
-	if w.tls != nil {
-		w.tls.release(w.l)
-	}
-	if w.eof != nil {
-		w.l.removeTail(w)
+	if x := w.x; x != nil {
+		x.lr.Reset()
+		if x.tls != nil {
+			x.tls.release(w.l)
+		}
+		if x.eof != nil {
+			w.l.removeTail(w)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -41,5 +42,18 @@ func TestSendChecksHardCapBeforeBuffering(t *testing.T) {
 		if w.state != stateClosing || !w.hangup {
 			t.Errorf("gnet holding %d: state %d hangup %v after 12 MiB of answers, want closing with 1008", pending, w.state, w.hangup)
 		}
+	}
+}
+
+// TestConnSize keeps conn at 224 bytes (issue 21): every idle connection
+// holds one, and 224 is a size class of Go's allocator (the next is 240).
+// It was 320: the identity, TLS layer, NDJSON line reader, rate bucket,
+// half-close writer and write-stall fields moved to connExtra, the
+// address counted per IP is remote's, and the pong's due time is
+// deadline. A new field that not every idle connection needs belongs in
+// connExtra, not here.
+func TestConnSize(t *testing.T) {
+	if got := unsafe.Sizeof(conn{}); got > 224 {
+		t.Errorf("conn is %d bytes, want at most 224: put fields that only some connections use in connExtra", got)
 	}
 }

@@ -75,7 +75,7 @@ func (w *conn) halfClosed(c gnet.Conn, err error) bool {
 		w.paused = false
 		w.l.srv.paused.Add(-1)
 	}
-	w.eof = newTailWriter(nc, held)
+	w.more().eof = newTailWriter(nc, held)
 	w.l.addTail(w)
 	// Everything still buffered, then the final fragment as a message, as
 	// ServeStream does at EOF.
@@ -87,7 +87,7 @@ func (w *conn) halfClosed(c gnet.Conn, err error) bool {
 			w.sess.HandleMessage(rest)
 		}
 	}
-	w.lr.Reset()
+	w.x.lr.Reset()
 	w.l.markDirty(w)
 	w.l.flush()
 	return true
@@ -98,16 +98,16 @@ func (w *conn) halfClosed(c gnet.Conn, err error) bool {
 // Runs on the loop.
 func (w *conn) flushTail() {
 	if len(w.out) > 0 {
-		w.eof.write(w.out)
+		w.x.eof.write(w.out)
 	}
 	w.releaseOut()
-	if w.eof.failed() && w.state == stateOpen {
+	if w.x.eof.failed() && w.state == stateOpen {
 		w.closed() // the peer is gone
 		return
 	}
 	if w.hangup {
 		w.hangup = false
-		w.eof.finish(w.cfg().CloseTimeout)
+		w.x.eof.finish(w.cfg().CloseTimeout)
 		w.closed()
 		return
 	}
@@ -308,7 +308,7 @@ func (s *tailSet) closeAll() {
 	s.conns = nil
 	s.mu.Unlock()
 	for w := range conns {
-		w.eof.abort()
+		w.x.eof.abort()
 		w.sess.Close()
 	}
 }

@@ -70,9 +70,12 @@ func remoteAddr(a net.Addr) netip.AddrPort {
 // --max-conns-per-ip, once: a connection over the limit is answered 503 by
 // its upgrade (an NDJSON one is closed).
 func (w *conn) countIP(client netip.AddrPort) {
+	if w.ipCounted {
+		return // remote is what was counted, for releaseLimits
+	}
 	w.remote = client
-	if per := w.cfg().MaxConnsPerIP; per > 0 && !w.ipCounted {
-		w.ip, w.ipCounted = client.Addr(), true
+	if per := w.cfg().MaxConnsPerIP; per > 0 {
+		w.ipCounted = true
 		if w.l.srv.limits.admitIP(client.Addr(), per) {
 			w.over = true
 		}
@@ -85,7 +88,7 @@ func (w *conn) releaseLimits() {
 	w.l.srv.limits.release()
 	if w.ipCounted {
 		w.ipCounted = false
-		w.l.srv.limits.releaseIP(w.ip)
+		w.l.srv.limits.releaseIP(w.remote.Addr())
 	}
 }
 

@@ -8,7 +8,7 @@ import "github.com/openengine/edge/codec"
 func (w *conn) lines(buf []byte) int {
 	off := 0
 	for w.state == stateOpen && !w.paused {
-		line, kind, n := w.lr.Next(buf[off:])
+		line, kind, n := w.x.lr.Next(buf[off:])
 		off += n
 		switch kind {
 		case codec.LineOK:

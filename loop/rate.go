@@ -41,7 +41,7 @@ func (b *rateBucket) allow(cfg *Config, now int64) bool {
 // "rate limit exceeded".
 func (w *conn) rateLimited(msg []byte) {
 	w.sess.HandleRateLimited(msg)
-	if w.rate.refused >= w.cfg().RateCloseAfter {
+	if w.x.rate.refused >= w.cfg().RateCloseAfter {
 		w.closeFor(causeRateLimited)
 	}
 }
@@ -57,7 +57,7 @@ func (w *conn) pass(msg []byte) bool {
 		w.closeFor(causeIdentityExpired)
 		return false
 	}
-	if !w.rate.allow(w.cfg(), now) {
+	if !w.more().rate.allow(w.cfg(), now) {
 		w.rateLimited(msg)
 		return false
 	}

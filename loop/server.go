@@ -254,7 +254,7 @@ func (s *Server) onOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		}
 		// Until its first bytes the connection has the silent peer's
 		// deadline; then the whole handshake timeout (tls.go).
-		w.tls = t
+		w.more().tls = t
 		w.deadline = at(t.accepted.Add(min(s.cfg.HandshakeSilentTimeout, s.cfg.HandshakeTimeout)))
 	}
 	if p == protoNDJSON {

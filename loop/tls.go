@@ -175,7 +175,7 @@ const (
 // session failed or the peer sent close_notify: the caller closes the
 // connection. Runs on the loop.
 func (w *conn) tlsInput(buf []byte, now time.Time) bool {
-	t := w.tls
+	t := w.x.tls
 	t.sock.src = buf
 	in := t.in
 	for !t.eof {
@@ -217,7 +217,7 @@ func (w *conn) tlsInput(buf []byte, now time.Time) bool {
 // tls.Conn produced meanwhile (an alert, a KeyUpdate answer). Runs on the
 // loop.
 func (w *conn) writeTLS(p []byte) {
-	t := w.tls
+	t := w.x.tls
 	if t.tc == nil {
 		return // before the handshake there is nothing to say
 	}
@@ -245,8 +245,8 @@ const maxKeptCipher = 2 * (plainChunk + 512)
 // closeNotify sends a TLS close_notify alert before the server closes or
 // half-closes the TCP connection. Runs on the loop.
 func (w *conn) closeNotify() {
-	if w.tls != nil && w.tls.tc != nil {
-		_ = w.tls.tc.CloseWrite()
+	if t := w.tlsLayer(); t != nil && t.tc != nil {
+		_ = t.tc.CloseWrite()
 		w.writeTLS(nil)
 	}
 }
@@ -267,7 +267,7 @@ func (t *tlsState) release(l *eventLoop) {
 // the ClientHello, which hand the handshake to the pool (handshakers.hello).
 // Runs on the loop.
 func (w *conn) tlsHello(buf []byte) {
-	if w.tls.away || w.state != stateHandshake {
+	if w.x.tls.away || w.state != stateHandshake {
 		// The loop does not read the socket while a worker has it; bytes
 		// that came all the same would be missing from the handshake.
 		if w.state == stateHandshake {
@@ -289,7 +289,7 @@ func (w *conn) tlsHello(buf []byte) {
 		}
 	}
 	if off < len(buf) {
-		w.deadline = at(w.tls.accepted.Add(w.cfg().HandshakeTimeout))
+		w.deadline = at(w.x.tls.accepted.Add(w.cfg().HandshakeTimeout))
 		w.l.srv.hs.hello(w, buf[off:])
 	}
 	if len(buf) > 0 {
@@ -352,7 +352,7 @@ func (h *handshakers) hello(w *conn, buf []byte) {
 		w.cfg().Logger.Warn("cannot hand a TLS handshake to a worker", "err", err)
 		return
 	}
-	t := w.tls
+	t := w.x.tls
 	_ = nc.SetDeadline(t.accepted.Add(w.cfg().HandshakeTimeout))
 	_ = setInterest(l.epfd, w.c.Fd(), false, false)
 	t.away = true
@@ -506,7 +506,7 @@ func (j *hsJob) post(tc *tls.Conn, err error) {
 // goes on to its upgrade; otherwise it is closed and counted. Runs on the
 // loop.
 func (w *conn) handshaken(tc *tls.Conn, err error) {
-	t := w.tls
+	t := w.x.tls
 	t.away = false
 	if w.state != stateHandshake {
 		return // closed meanwhile: the peer left, or shutdown

@@ -148,9 +148,10 @@ func (w *conn) handshake(buf []byte) int {
 			w.reject(rejectUnauthorized)
 			return len(buf)
 		}
-		w.who = &id
+		x := w.more()
+		x.who = &id
 		if !id.Expires.IsZero() {
-			w.expires = id.Expires.UnixNano()
+			x.expires = id.Expires.UnixNano()
 		}
 	}
 	w.out = codec.AppendAccept(w.l.getBuf(), req.Key)

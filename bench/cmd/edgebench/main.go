@@ -104,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,500000; publish rate = this / subscribers)")
 	fs.BoolVar(&o.perfStat, "perfstat", true, "count the servers' system calls over each measured window with `perf stat` (when perf works here)")
 	edgeArgs := fs.String("edge-args", "", "extra flags for edge, space-separated (e.g. \"--busy-poll 50us\"); recorded in every edge result")
-	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof; edge's --admin-listen --admin-pprof)")
+	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof), and in W3 its heap profile after the ramp (logs/W3-*.heap.pprof; edge's --admin-listen --admin-pprof)")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator) to this file")
 	fs.IntVar(&o.nice, "nice", 0, "nice value for the generator and the servers (e.g. -10 on a machine shared with other work; needs root)")
 	perf := fs.String("perf", "", "comma-separated servers to profile with `perf record` over each measured window (logs/*.perf.data and .txt); P1 also takes nginx and upstream")
@@ -375,6 +375,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			po := phaseOpts{perf: slices.Contains(o.perf, p.peer),
 				pprof: (p.peer == "edge" && edgePprof || p.peer == baseEdge && baseEdgePprofArgs != nil) && (o.pprof || p.gctrace), statEvents: statEvents,
 				edgeArgs: o.edgeArgs}
+			po.heapProfile = po.pprof && o.pprof
 			if p.tls {
 				po.certs = certs
 			}
@@ -441,11 +442,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // fills rec.
 // phaseOpts are the per-phase instrumentation switches.
 type phaseOpts struct {
-	perf       bool       // perf record the server over the window
-	pprof      bool       // edge: serve pprof (CPU profile over the window, heap in W3)
-	statEvents []string   // perf stat these events over the window (nil: no syscall count)
-	edgeArgs   []string   // extra flags for edge
-	certs      *certFiles // wss://: the run's certificate (nil: ws://)
+	perf        bool       // perf record the server over the window
+	pprof       bool       // edge: serve pprof (CPU profile over the window, heap in W3)
+	heapProfile bool       // -pprof: W3 also saves edge's heap profile at the end of the hold
+	statEvents  []string   // perf stat these events over the window (nil: no syscall count)
+	edgeArgs    []string   // extra flags for edge
+	certs       *certFiles // wss://: the run's certificate (nil: ws://)
 }
 
 func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string, opts phaseOpts, rec *Record, logf func(string, ...any)) {
@@ -458,6 +460,9 @@ func runPhase(ctx context.Context, p phase, bin string, pin pinning, out string,
 	}
 	pc := &phaseCtx{rec: rec, logf: logf}
 	logName := fmt.Sprintf("%s-%s-%s.log", p.workload, safeName(p.variant), p.peer)
+	if opts.heapProfile {
+		pc.heapProfile = filepath.Join(out, "logs", strings.TrimSuffix(logName, ".log")+".heap.pprof")
+	}
 	srv, err := startServer(pctx, serverSpec{peer: p.peer, bin: bin, logPath: filepath.Join(out, "logs", logName),
 		pin: pin, gctrace: p.gctrace, gcConns: pc.conns.Load, pprof: opts.pprof, extra: opts.edgeArgs, tls: opts.certs})
 	if err != nil {

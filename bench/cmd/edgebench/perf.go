@@ -107,6 +107,31 @@ func heapStats(addr string) (heap, stack int64, err error) {
 	return heap, stack, sc.Err()
 }
 
+// heapProfile saves edge's heap profile (/debug/pprof/heap, as of its
+// last GC) to path, for go tool pprof -sample_index=inuse_space.
+func heapProfile(addr, path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/debug/pprof/heap", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("pprof heap: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // cpuProfile fetches a CPU profile of the given length from edge's pprof
 // endpoint into path. It runs in the background; wait for the result on the
 // returned channel.

@@ -221,6 +221,9 @@ type phaseCtx struct {
 	samp   *sampler
 	conns  atomic.Int64 // client connections open (for gctrace attribution)
 	logf   func(string, ...any)
+	// heapProfile is where W3 saves edge's heap profile after the ramp
+	// (-pprof), "" for none.
+	heapProfile string
 	// P1: the upstream edge and its sampler (srv and samp are then the
 	// proxy's, nil for direct).
 	up     *server
@@ -432,6 +435,13 @@ func (m matrix) w3Phase(n int, peer string) phase {
 				if paddr != "" && heap0 >= 0 {
 					if h, _, err := heapStats(paddr); err == nil {
 						heap1 = h
+					}
+				}
+				if paddr != "" && pc.heapProfile != "" {
+					// After heapStats' forced GC: the profile's in-use
+					// figures are the idle connections'.
+					if err := heapProfile(paddr, pc.heapProfile); err != nil {
+						pc.rec.Notes = append(pc.rec.Notes, "heap profile: "+err.Error())
 					}
 				}
 			}
