@@ -418,13 +418,13 @@ func (l *link) fail() {
 	l.up_ = false
 	l.upNow.Store(false)
 	fs := make([]finish, 0, l.calls.len())
-	for _, e := range l.calls.ids {
+	l.calls.each(func(e *entry) {
 		var err error = backend.ErrUpstreamUnavailable
 		if e.state == callLive {
 			err = backend.ErrUpstreamLost
 		}
 		fs = append(fs, l.moveLocked(e, callEnded, byDown, nil, err))
-	}
+	})
 	l.calls = callTable{}
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
@@ -460,6 +460,7 @@ func (l *link) sweep(now int64) {
 			fs = append(fs, f)
 		}
 	}
+	l.calls.shrink()
 	probed := l.up_ && l.nats != nil && len(l.calls.workers) > 0
 	if probed {
 		for w := range l.calls.workers {
