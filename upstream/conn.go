@@ -304,7 +304,7 @@ func (l *link) Closed(error) {
 // Output implements Wire. The loop writes the buffer before the
 // link appends to it again.
 func (l *link) Output() []byte {
-	l.mu.Lock()
+	l.lock()
 	out := l.out
 	if l.wc != nil {
 		l.notePeak(len(out) + l.wc.Buffered())
@@ -313,7 +313,7 @@ func (l *link) Output() []byte {
 	if cap(out) > 1<<20 {
 		l.out = nil // a burst's buffer is not kept
 	}
-	l.mu.Unlock()
+	l.unlock()
 	return out
 }
 
@@ -420,12 +420,12 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			case ws.OpClose:
 				return n, errUpstreamClosedWS
 			case ws.OpPing:
-				l.mu.Lock()
+				l.lock()
 				if l.up_ {
 					l.out = appendFrame(l.out, ws.OpPong, p)
 					l.owedLocked() // an upstream that pings and never reads is closed
 				}
-				l.mu.Unlock()
+				l.unlock()
 				l.signal()
 			}
 			continue
@@ -438,11 +438,11 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			// a client's is. Skipping the rest would wedge the link for
 			// as long as the header claims, up to 2^63 bytes.
 			l.drop(dropTooLong)
-			l.mu.Lock()
+			l.lock()
 			if l.up_ {
 				l.out = appendCloseFrame(l.out, ws.StatusMessageTooBig)
 			}
-			l.mu.Unlock()
+			l.unlock()
 			l.signal()
 			return n, errUpstreamTooBig
 		}

@@ -18,10 +18,11 @@ import (
 // the end of every turn. Forward and Cancel of calls from sessions on that
 // loop append to the output buffer on the loop; calls from other loops get
 // there through the loop's task queue (forwardFrom). Every method of a
-// byte-stream link therefore runs on its loop; mu is never contended there
-// (it serves the NATS links, whose reader is nats.go's delivery goroutine
-// and whose writer is the supervisor's). No goroutine waits per call: a
-// call in flight is one entry in calls (calltable.go).
+// byte-stream link therefore runs on its loop, which owns the state "guarded
+// by mu" below: such a link takes no lock (lock, unlock). mu serves the NATS
+// links, whose reader is nats.go's delivery goroutine, whose writer is the
+// supervisor's, and whose calls come from every loop. No goroutine waits
+// per call: a call in flight is one entry in calls (calltable.go).
 type link struct {
 	up   *Upstream // immutable
 	desc string    // immutable: for logs, e.g. "tcp://127.0.0.1:9000#1"
@@ -49,6 +50,8 @@ type link struct {
 	// for every call, where taking mu cost 5% of the proxy's CPU.
 	upNow atomic.Bool
 
+	// mu guards what follows on a NATS link; a byte-stream link's loop
+	// owns it instead (lock).
 	mu      sync.Mutex
 	up_     bool          // guarded by mu: connected, accepting calls
 	calls   callTable     // guarded by mu: calls in flight, live subscriptions, and timed-out calls awaiting their late answer
@@ -90,6 +93,24 @@ type link struct {
 	lastPending int
 
 	probeState // when a tcp:// connection counts as up (probe.go)
+}
+
+// lock takes mu on a NATS link, and nothing on a byte-stream one: every
+// method of a byte-stream link runs on its loop (see link), which owns its
+// table and output, and an uncontended mutex still cost two atomic
+// operations on every call, answer and read (BenchmarkProxyPipelined).
+// The functions named ...Locked are called between lock and unlock.
+func (l *link) lock() {
+	if l.nats != nil {
+		l.mu.Lock()
+	}
+}
+
+// unlock releases what lock took.
+func (l *link) unlock() {
+	if l.nats != nil {
+		l.mu.Unlock()
+	}
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
@@ -178,10 +199,10 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 		l.up.refuse(c, reserved(l, counted), notCounted, backend.ErrUnknownMethod)
 		return false
 	}
-	l.mu.Lock()
+	l.lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
-		l.mu.Unlock()
+		l.unlock()
 		l.up.refuse(c, reserved(l, counted), outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return false
 	}
@@ -201,7 +222,7 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	if !counted {
 		l.inflight.Add(1)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 	return true
 }
@@ -214,7 +235,7 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 // subscription/cancel, CONTRACT.md 2.3).
 func (l *link) Cancel(id uint64) {
 	var f finish
-	l.mu.Lock()
+	l.lock()
 	switch e := l.calls.get(id); {
 	case e == nil:
 	case e.state == callSent || e.state == callEstablishing:
@@ -226,7 +247,7 @@ func (l *link) Cancel(id uint64) {
 		}
 		f = l.moveLocked(e, to, byGateway, nil, nil)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 	f.do()
 }
@@ -337,9 +358,9 @@ const (
 // supervisor reconnects with back-off once the loop has closed it. Runs on
 // the link's loop.
 func (l *link) overflow(why string) {
-	l.mu.Lock()
+	l.lock()
 	pending := l.backlogLocked()
-	l.mu.Unlock()
+	l.unlock()
 	l.over = false
 	l.stallSince, l.lastPending = 0, 0
 	l.up.slowClosed.Add(1)
@@ -385,8 +406,8 @@ func appendSubCancel(dst []byte, upSub string) []byte {
 // supervisor may both see the connection up). Called by the supervisor once
 // the transport is up.
 func (l *link) open() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.lock()
+	defer l.unlock()
 	if l.up_ {
 		return false
 	}
@@ -410,9 +431,9 @@ func (l *link) isUp() bool { return l.upNow.Load() }
 // reconnect: none of their answers can come back). Safe to call more than
 // once.
 func (l *link) fail() {
-	l.mu.Lock()
+	l.lock()
 	if !l.up_ {
-		l.mu.Unlock()
+		l.unlock()
 		return
 	}
 	l.up_ = false
@@ -428,7 +449,7 @@ func (l *link) fail() {
 	l.calls = callTable{}
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
-	l.mu.Unlock()
+	l.unlock()
 	for _, f := range fs {
 		f.do()
 	}
@@ -449,9 +470,9 @@ const maxExpired = 1 << 16
 // connection whose output has stalled (stalledLocked, overflow).
 func (l *link) sweep(now int64) {
 	var fs []finish
-	l.mu.Lock()
+	l.lock()
 	if l.nats == nil && l.up_ && l.wc != nil && l.stalledLocked(now) {
-		l.mu.Unlock()
+		l.unlock()
 		l.overflow(closeStalled)
 		return
 	}
@@ -467,7 +488,7 @@ func (l *link) sweep(now int64) {
 			l.nats.probeLocked(l, w)
 		}
 	}
-	l.mu.Unlock()
+	l.unlock()
 	if probed || len(fs) > 0 || l.over {
 		l.signal()
 	}
@@ -488,9 +509,9 @@ func (l *link) notify(method string, params []byte) {
 	if l.nats != nil && !validToken(method) {
 		return
 	}
-	l.mu.Lock()
+	l.lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
-		l.mu.Unlock()
+		l.unlock()
 		return
 	}
 	if l.nats != nil {
@@ -499,6 +520,6 @@ func (l *link) notify(method string, params []byte) {
 		l.enc = codec.AppendNotification(l.enc[:0], method, params)
 		l.appendLocked(l.enc)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 }
