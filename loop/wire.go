@@ -19,8 +19,9 @@ import (
 // enrolls the connection on the loop it names, the way the acceptors enroll
 // clients (accept.go), with a context value that marks it as a wire. From
 // then on the loop reads it in OnTraffic and hands the bytes to the
-// forwarder's bytestream.Wire; completions the Wire posts while it parses are
-// applied at the end of that turn. What it queued for the upstream is
+// forwarder's bytestream.Wire; the answers to calls of sessions on the same
+// loop are applied as the Wire parses them (backend.LoopCall), and the
+// completions it posts while it parses at the end of that turn. What it queued for the upstream is
 // written once the loop has handled every socket of the poller's round
 // (eventLoop.flushDeferred), in one write for the calls of every client
 // read in the round, or at once past 64 KiB (the forwarder's choice).

@@ -133,8 +133,11 @@ const (
 
 // entry is one call of a link's table. Guarded by link.mu.
 type entry struct {
-	id     uint64
-	state  callState
+	id    uint64
+	state callState
+	// here: the call's session runs on the link's loop, so that its
+	// answer finishes it at once (finish.here).
+	here   bool
 	c      backend.Call   // nil once finished
 	stream backend.Stream // non-nil for a subscription
 	sent   int64          // unix nanoseconds: when the gateway admitted it (the metric's start)
@@ -466,13 +469,25 @@ type finish struct {
 	c      backend.Call
 	result []byte
 	err    error
+	// here: the answer was read on the loop of the call's session, which
+	// applies it at once (backend.LoopCall). Only answers are: a failure,
+	// a sweep or a cancel may run within the session's own work (a cancel
+	// that takes the backlog over the bound fails the link), and posts.
+	here bool
 }
 
 // do applies f; a zero finish does nothing.
 func (f finish) do() {
-	if f.c != nil {
-		f.c.Finish(f.result, f.err)
+	if f.c == nil {
+		return
 	}
+	if f.here {
+		if lc, ok := f.c.(backend.LoopCall); ok {
+			lc.FinishOnLoop(f.result, f.err)
+			return
+		}
+	}
+	f.c.Finish(f.result, f.err)
 }
 
 // moveLocked moves entry e to state to for cause, with the side effects the
@@ -520,7 +535,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 				err = backend.ErrUpstreamTimeout
 			}
 		}
-		f = finish{c: e.c, result: result, err: err}
+		f = finish{c: e.c, result: result, err: err, here: e.here && why == byAnswer}
 		e.c = nil
 	}
 	switch to {

@@ -151,8 +151,19 @@ func (l *link) signal() {
 // forward implements backend.Forwarder for this one link. Runs on the
 // link's loop (a NATS link: on any loop).
 func (l *link) forward(c backend.Call, admitted int64) backend.Ticket {
+	return l.forwardOn(c, admitted, false)
+}
+
+// forwardHere is forward for a call whose session runs on the link's own
+// loop (a byte-stream link): its answer, read on that loop, finishes it
+// there (backend.LoopCall), without the hand-off through the loop's queue.
+func (l *link) forwardHere(c backend.Call, admitted int64) backend.Ticket {
+	return l.forwardOn(c, admitted, l.nats == nil)
+}
+
+func (l *link) forwardOn(c backend.Call, admitted int64, here bool) backend.Ticket {
 	id := l.nextID.Add(1)
-	if !l.forwardID(c, id, false, admitted) {
+	if !l.forwardID(c, id, false, admitted, here) {
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(l, id)
@@ -167,7 +178,7 @@ func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
 	// Counted in flight from now, so that the calls picked before the loop
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
-	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted) }) {
+	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted, false) }) {
 		l.up.refuse(c, l, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
@@ -192,7 +203,8 @@ func (r remote) Cancel(id uint64) {
 // call in flight already (taken back if the link does not take it), so that
 // the count never passes through a value that would skew a concurrent
 // replica choice.
-func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64) bool {
+// here: the call's session runs on the link's loop (forwardHere).
+func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64, here bool) bool {
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
@@ -218,7 +230,8 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	if admitted == 0 {
 		admitted = time.Now().UnixNano()
 	}
-	l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
+	e := l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
+	e.here = here
 	if !counted {
 		l.inflight.Add(1)
 	}

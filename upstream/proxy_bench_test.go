@@ -54,6 +54,41 @@ func (s *frameSink) OutboundBytes() int { return len(s.out) }
 func (s *frameSink) OutboundLimit() int { return 1 << 30 }
 func (s *frameSink) Writable() bool     { return true }
 
+// loopProxy is a session and a byte-stream link on the same event loop,
+// without the sockets: the session's requests go to the link's output and
+// the upstream's answers are fed to the link's Traffic, as the loop would.
+type loopProxy struct {
+	u    *Upstream
+	l    *link
+	s    *rpc.Session
+	post *benchLoop
+	sink *frameSink
+}
+
+// newLoopProxy returns a loopProxy whose link frames as frame (nil:
+// NDJSON) with cfg, and whose session's methods are all forwarded.
+func newLoopProxy(tb testing.TB, frame func(dst, msg []byte) []byte, cfg Config) *loopProxy {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = discard
+	u := New("b", nil, cfg)
+	l := newLink(u, "bench", frame, frame != nil)
+	loops := benchLoops{}
+	l.home, l.loops = 0, loops
+	u.links = []*link{l}
+	u.place.Store(&placement{loops: loops, byHome: [][]*link{{l}}})
+	l.open()
+	pool := backend.NewPool(16, time.Minute)
+	tb.Cleanup(pool.Close)
+	srv, err := rpc.NewServer(rpc.Config{Handler: backend.NewMemory(), Pool: pool, Logger: discard,
+		Forward: func(string) backend.Forwarder { return u }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	post := &benchLoop{loops: loops, ctr: srv.NewCounters()}
+	sink := &frameSink{}
+	return &loopProxy{u: u, l: l, s: srv.NewSession(rpc.WebSocket, sink, post), post: post, sink: sink}
+}
+
 // BenchmarkProxyPipelined is edge's own work for a pipelining client of a
 // proxied method, per request, without the sockets: a client's 64
 // requests are classified and admitted by its session and forwarded to an
@@ -63,24 +98,8 @@ func (s *frameSink) Writable() bool     { return true }
 // answers is counted too (a few ns each), and the loop's clock read for
 // the client's read. Reported per request (ns/req).
 func BenchmarkProxyPipelined(b *testing.B) {
-	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	u := New("b", nil, Config{Logger: discard})
-	l := newLink(u, "bench", nil, false)
-	loops := benchLoops{}
-	l.home, l.loops = 0, loops
-	u.links = []*link{l}
-	u.place.Store(&placement{loops: loops, byHome: [][]*link{{l}}})
-	l.open()
-	pool := backend.NewPool(16, time.Minute)
-	b.Cleanup(pool.Close)
-	srv, err := rpc.NewServer(rpc.Config{Handler: backend.NewMemory(), Pool: pool, Logger: discard,
-		Forward: func(string) backend.Forwarder { return u }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	post := &benchLoop{loops: loops, ctr: srv.NewCounters()}
-	sink := &frameSink{}
-	s := srv.NewSession(rpc.WebSocket, sink, post)
+	p := newLoopProxy(b, nil, Config{})
+	u, l, s, post, sink := p.u, p.l, p.s, p.post, p.sink
 	const window = 64
 	msgs := make([][]byte, window)
 	for i := range msgs {

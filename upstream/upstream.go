@@ -451,8 +451,11 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
 		home := u.home(o)
 		if l := u.pick(home); l != nil {
-			if l.nats != nil || l.home == home {
+			switch {
+			case l.nats != nil:
 				return l.forward(c, o.Admitted)
+			case l.home == home:
+				return l.forwardHere(c, o.Admitted)
 			}
 			return l.forwardFrom(c, o.Admitted)
 		}
