@@ -40,7 +40,7 @@ func (p *benchLoop) apply() {
 }
 
 // frameSink frames every message as a WebSocket text frame into one
-// buffer, as a loop connection does for its turn's write.
+// buffer, as a loop connection does for its turn's write (loop/result.go).
 type frameSink struct {
 	out  []byte
 	sent int
@@ -50,6 +50,14 @@ func (s *frameSink) Send(msg []byte) {
 	s.out = codec.AppendFrame(s.out, 1, msg)
 	s.sent++
 }
+
+// SendResult implements rpc.ResultSink as the loop's connections do: the
+// response encoded straight after its frame header.
+func (s *frameSink) SendResult(id, result []byte) {
+	s.out = codec.AppendResult(codec.AppendFrameHeader(s.out, 1, codec.ResultSize(id, result)), id, result)
+	s.sent++
+}
+
 func (s *frameSink) OutboundBytes() int { return len(s.out) }
 func (s *frameSink) OutboundLimit() int { return 1 << 30 }
 func (s *frameSink) Writable() bool     { return true }
