@@ -132,16 +132,17 @@ func (s *Server) openWire(c gnet.Conn, l *eventLoop) gnet.Action {
 	return gnet.None
 }
 
-// traffic is OnTraffic of a wire: the Wire consumes what it can; calls it
-// finishes post to this loop, and are applied before the flush.
-func (x *wire) traffic() gnet.Action {
+// traffic is OnTraffic of a wire, whose input was read at now (the loop's
+// clock): the Wire consumes what it can; calls it finishes post to this
+// loop, and are applied before the flush.
+func (x *wire) traffic(now int64) gnet.Action {
 	buf, _ := x.c.Peek(-1)
 	if len(buf) == 0 {
 		return gnet.None
 	}
 	l := x.l
 	l.holdPosts()
-	n, err := x.w.Traffic(buf)
+	n, err := x.w.Traffic(buf, now)
 	if n > 0 {
 		_, _ = x.c.Discard(n)
 	}

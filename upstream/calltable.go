@@ -525,7 +525,11 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		if now == 0 {
 			now = l.clock()
 		}
-		l.up.counters.ended(outcomeOf(from, why, err), e.sent, now)
+		if l.now != 0 {
+			l.tally.ended(outcomeOf(from, why, err), e.sent, now) // added up at the end of the read
+		} else {
+			l.up.counters.ended(outcomeOf(from, why, err), e.sent, now)
+		}
 	}
 	var f finish
 	if from.holdsCall() && !to.holdsCall() {

@@ -317,15 +317,19 @@ func (l *link) Output() []byte {
 	return out
 }
 
-// Traffic implements Wire. The answers it applies are timed with
-// one clock reading for all of them.
-func (l *link) Traffic(in []byte) (int, error) {
-	l.now = nowNanos()
-	defer func() { l.now = 0 }()
+// Traffic implements Wire. The answers it applies are timed with the
+// loop's clock of the read, now, and counted in the link's tally, which is
+// added to the upstream's counters once at the end.
+func (l *link) Traffic(in []byte, now int64) (n int, err error) {
+	l.now = now
 	if l.frame != nil {
-		return l.readFrames(in, l.up.cfg.MaxMessageBytes)
+		n, err = l.readFrames(in, l.up.cfg.MaxMessageBytes)
+	} else {
+		n, err = l.readLines(in, l.up.cfg.MaxMessageBytes)
 	}
-	return l.readLines(in, l.up.cfg.MaxMessageBytes)
+	l.now = 0
+	l.tally.flush(&l.up.counters)
+	return n, err
 }
 
 // clock is the time for the call durations: the reading of the current

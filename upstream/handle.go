@@ -125,7 +125,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 			f = l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
 	case errObj != nil:
-		err := answerError(append([]byte(nil), errObj...))
+		err := l.answerErrorOf(e, errObj)
 		f = l.moveLocked(e, callEnded, byAnswer, nil, err)
 		if err == errUpstreamProtocol {
 			l.unlock()
@@ -182,6 +182,19 @@ func answerError(errObj []byte) error {
 		return errUpstreamProtocol
 	}
 	return &backend.RawError{Object: errObj}
+}
+
+// answerErrorOf is answerError for the answer of entry e: the error object
+// is copied, as the call's Finish keeps it until its loop applies it, but
+// for a unary call finished on the loop as the answer is read
+// (backend.LoopCall), which writes it out and keeps nothing: that one
+// refers to the read buffer, through the reader's scratch error.
+func (l *link) answerErrorOf(e *entry, errObj []byte) error {
+	if !e.here || e.stream != nil || len(errObj) == 0 || errObj[0] != '{' {
+		return answerError(append([]byte(nil), errObj...))
+	}
+	l.rawErr.Object = errObj
+	return &l.rawErr
 }
 
 // notification applies an event or a subscription/closed.

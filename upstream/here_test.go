@@ -3,6 +3,8 @@ package upstream
 import (
 	"strings"
 	"testing"
+
+	"github.com/openengine/edge/codec"
 )
 
 // frames returns the payloads of the WebSocket frames in out (unmasked,
@@ -34,7 +36,7 @@ func TestAnswerAppliedOnItsLoop(t *testing.T) {
 		t.Fatalf("forwarded %q", out)
 	}
 	answer := []byte(`{"jsonrpc":"2.0","id":1,"result":{"x":1}}` + "\n")
-	if n, err := p.l.Traffic(answer); n != len(answer) || err != nil {
+	if n, err := p.l.Traffic(answer, nowNanos()); n != len(answer) || err != nil {
 		t.Fatalf("Traffic %d, %v", n, err)
 	}
 	if len(p.post.queue) != 0 {
@@ -61,7 +63,7 @@ func TestStaleAnswerDroppedOnItsLoop(t *testing.T) {
 	p.s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":7,"method":"edge/echo","params":{"v":"new"}}`))
 	p.l.Output()
 	old := []byte(`{"jsonrpc":"2.0","id":1,"result":{"v":"old"}}` + "\n")
-	if n, err := p.l.Traffic(old); n != len(old) || err != nil {
+	if n, err := p.l.Traffic(old, nowNanos()); n != len(old) || err != nil {
 		t.Fatalf("Traffic %d, %v", n, err)
 	}
 	if len(p.post.queue) != 0 || len(p.sink.out) != 0 {
@@ -72,7 +74,7 @@ func TestStaleAnswerDroppedOnItsLoop(t *testing.T) {
 		t.Fatalf("session %+v after the stale answer, want the new request alone", st)
 	}
 	answer := []byte(`{"jsonrpc":"2.0","id":2,"result":{"v":"new"}}` + "\n")
-	p.l.Traffic(answer)
+	p.l.Traffic(answer, nowNanos())
 	if got := frames(t, p.sink.out); len(got) != 1 || got[0] != `{"jsonrpc":"2.0","id":7,"result":{"v":"new"}}` {
 		t.Fatalf("client got %q", got)
 	}
@@ -117,3 +119,60 @@ func TestFailureDuringCancelIsQueued(t *testing.T) {
 		t.Fatalf("session %+v", st)
 	}
 }
+
+// TestTrafficTallied: the calls a read ends are counted in the upstream's
+// Stats once the read is over, as they were counted one by one: outcomes,
+// and durations from each call's admission to the read's clock.
+func TestTrafficTallied(t *testing.T) {
+	l := newBenchLink(nil)
+	c := &benchCall{}
+	for _, at := range []int64{1000, 2000, 3000} {
+		l.forward(c, at)
+	}
+	l.Output()
+	in := []byte(`{"jsonrpc":"2.0","id":1,"result":1}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":"no"}}` + "\n" +
+		`{"jsonrpc":"2.0","id":3,"result":3}` + "\n")
+	const now = 1_000_000_000
+	if n, err := l.Traffic(in, now); n != len(in) || err != nil {
+		t.Fatalf("Traffic %d, %v", n, err)
+	}
+	st := l.up.Stats()
+	if st.Outcomes[outcomeOK] != 2 || st.Outcomes[outcomeError] != 1 {
+		t.Fatalf("outcomes %v, want 2 ok and 1 error", st.Outcomes)
+	}
+	if n, sum := st.Duration.Count(), st.Duration.SumNanos; n != 3 || sum != 3*now-6000 {
+		t.Fatalf("durations: %d observed, sum %d; want 3, %d", n, sum, 3*now-6000)
+	}
+	if c.finished != 3 || l.tally.n != 0 {
+		t.Fatalf("finished %d, tally %d left", c.finished, l.tally.n)
+	}
+}
+
+// TestErrorAnswerOnItsLoop: an upstream's error object reaches the client
+// byte for byte when its answer is applied on the loop, without the copy
+// (and allocation) a posted one needs.
+func TestErrorAnswerOnItsLoop(t *testing.T) {
+	p := newLoopProxy(t, nil, Config{})
+	p.post.ctr.Now = nowNanos()
+	var answer []byte
+	next := uint64(0)
+	req := []byte(`{"jsonrpc":"2.0","id":"e","method":"edge/echo","params":{}}`)
+	round := func() {
+		p.sink.out = p.sink.out[:0]
+		p.s.HandleMessage(req)
+		p.l.Output()
+		next++
+		answer = append(codecUint(append(answer[:0], `{"jsonrpc":"2.0","id":`...), next), `,"error":{"code":-1,"message":"no","data":[1]}}`+"\n"...)
+		p.l.Traffic(answer, nowNanos())
+	}
+	round()
+	if got := frames(t, p.sink.out); len(got) != 1 || got[0] != `{"jsonrpc":"2.0","id":"e","error":{"code":-1,"message":"no","data":[1]}}` {
+		t.Fatalf("client got %q", got)
+	}
+	if n := testing.AllocsPerRun(100, round); n != 0 {
+		t.Fatalf("%v allocations per error answer", n)
+	}
+}
+
+func codecUint(dst []byte, n uint64) []byte { return codec.AppendUint(dst, n) }

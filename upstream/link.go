@@ -74,15 +74,21 @@ type link struct {
 	garbage burst  // what the upstream sent that was dropped
 	body    []byte // scratch: an event's members
 	name    []byte // scratch: an unquoted subscription id
+	// rawErr is the error of an answer finished on the loop as it is
+	// read (answerErrorOf): FinishOnLoop keeps nothing of it.
+	rawErr backend.RawError
 	key     []byte // scratch: a plain subscription's key (plainKey)
 
 	// The byte-stream side, loop-owned (conn.go): the loop's side of the
 	// connection while connected, the reading state, and where Closed
 	// tells the supervisor.
-	wc   WireConn
-	rd   reading
-	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
-	gone chan struct{} // cap 1: the loop closed the connection
+	wc  WireConn
+	rd  reading
+	now int64 // unix nanoseconds of the current Traffic, 0 outside it
+	// tally counts the calls that end during the current Traffic, for
+	// the upstream's counters at its end.
+	tally tally
+	gone  chan struct{} // cap 1: the loop closed the connection
 	// over is set when output the upstream is owed (owedLocked) took the
 	// backlog over Config.MaxPendingBytes: signal closes the connection.
 	over bool
@@ -231,7 +237,9 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 		admitted = time.Now().UnixNano()
 	}
 	e := l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
-	e.here = here
+	if here {
+		_, e.here = c.(backend.LoopCall)
+	}
 	if !counted {
 		l.inflight.Add(1)
 	}

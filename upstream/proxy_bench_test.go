@@ -130,7 +130,7 @@ func BenchmarkProxyPipelined(b *testing.B) {
 			answers = codec.AppendUint(append(answers, `{"jsonrpc":"2.0","id":`...), next)
 			answers = append(answers, `,"result":{"p":"0123456789ab"}}`+"\n"...)
 		}
-		if n, err := l.Traffic(answers); n != len(answers) || err != nil {
+		if n, err := l.Traffic(answers, nowNanos()); n != len(answers) || err != nil {
 			b.Fatalf("Traffic took %d of %d bytes: %v", n, len(answers), err)
 		}
 		post.apply()
