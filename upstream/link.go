@@ -77,7 +77,7 @@ type link struct {
 	// rawErr is the error of an answer finished on the loop as it is
 	// read (answerErrorOf): FinishOnLoop keeps nothing of it.
 	rawErr backend.RawError
-	key     []byte // scratch: a plain subscription's key (plainKey)
+	key    []byte // scratch: a plain subscription's key (plainKey)
 
 	// The byte-stream side, loop-owned (conn.go): the loop's side of the
 	// connection while connected, the reading state, and where Closed
