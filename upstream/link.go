@@ -59,6 +59,8 @@ type link struct {
 	pubs    []natsPub     // guarded by mu: NATS messages not yet taken by the writer
 	pubSize int           // guarded by mu: bytes in pubs
 	enc     []byte        // guarded by mu: scratch for a message being framed
+	method  string        // guarded by mu: the last method forwarded (quote)
+	quoted  []byte        // guarded by mu: method as a JSON string
 	wake    chan struct{} // cap 1: output or a state change for the NATS writer
 
 	inflight atomic.Int64 // calls sent, establishing or dropped (callState.inFlight), for replica choice
@@ -228,9 +230,9 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	case l.nats != nil:
 		l.nats.requestLocked(l, id, c.Method(), c.Params(), st != nil)
 	case l.frame == nil:
-		l.out = append(codec.AppendRequest(l.out, id, c.Method(), c.Params()), '\n')
+		l.out = append(codec.AppendRequestQuoted(l.out, id, l.quote(c.Method()), c.Params()), '\n')
 	default:
-		l.enc = codec.AppendRequest(l.enc[:0], id, c.Method(), c.Params())
+		l.enc = codec.AppendRequestQuoted(l.enc[:0], id, l.quote(c.Method()), c.Params())
 		l.out = l.frame(l.out, l.enc)
 	}
 	if admitted == 0 {
@@ -246,6 +248,16 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	l.unlock()
 	l.signal()
 	return true
+}
+
+// quote returns method as a JSON string: kept from the last call, as a
+// client's calls tend to repeat the method. Called with mu held.
+func (l *link) quote(method string) []byte {
+	if method != l.method {
+		l.quoted = codec.AppendQuote(l.quoted[:0], method)
+		l.method = method
+	}
+	return l.quoted
 }
 
 // Cancel implements backend.Canceller. Runs on a loop. A call in flight is

@@ -342,6 +342,16 @@ func (u *Upstream) Late() int64 { return u.late.Load() }
 type placement struct {
 	loops  Loops
 	byHome [][]*link
+	// turns[i] rotates the start of loop i's scans of byHome[i] (least):
+	// written by loop i only, so without an atomic. Padded to a cache
+	// line each, as the loops write them concurrently.
+	turns []homeTurn
+}
+
+// homeTurn is one loop's rotation counter (placement.turns).
+type homeTurn struct {
+	n uint32
+	_ [60]byte
 }
 
 // Start is StartOn without the gateway's event loops: the exec, tcp and ws
@@ -373,6 +383,7 @@ func (u *Upstream) StartOn(loops Loops) {
 	p := &placement{loops: loops}
 	if loops != nil {
 		p.byHome = make([][]*link, loops.NumLoops())
+		p.turns = make([]homeTurn, loops.NumLoops())
 		k := 0
 		for _, l := range u.links {
 			if l.nats != nil {
@@ -481,17 +492,19 @@ func (u *Upstream) home(o backend.Origin) int {
 // those loop home owns, or if none of them is up among all, or nil.
 func (u *Upstream) pick(home int) *link {
 	if home >= 0 {
-		if l := u.least(u.place.Load().byHome[home]); l != nil {
+		p := u.place.Load()
+		if l := u.least(p.byHome[home], &p.turns[home].n); l != nil {
 			return l
 		}
 	}
-	return u.least(u.links)
+	return u.least(u.links, nil)
 }
 
 // least returns the connected link of links with the fewest calls in
 // flight, starting the scan at a rotating offset so that ties spread, or
-// nil.
-func (u *Upstream) least(links []*link) *link {
+// nil. turn is the rotation of the calling loop's own links (placement.turns),
+// nil for the upstream's shared one.
+func (u *Upstream) least(links []*link, turn *uint32) *link {
 	var best *link
 	var least int64
 	n := len(links)
@@ -500,7 +513,14 @@ func (u *Upstream) least(links []*link) *link {
 	}
 	off := 0
 	if n > 1 {
-		off = int(u.next.Add(1) % uint32(n))
+		var k uint32
+		if turn != nil {
+			*turn++
+			k = *turn
+		} else {
+			k = u.next.Add(1)
+		}
+		off = int(k % uint32(n))
 	}
 	for i := range n {
 		l := links[(off+i)%n]
