@@ -83,7 +83,9 @@ func newLoopProxy(tb testing.TB, frame func(dst, msg []byte) []byte, cfg Config)
 	loops := benchLoops{}
 	l.home, l.loops = 0, loops
 	u.links = []*link{l}
-	u.place.Store(&placement{loops: loops, byHome: [][]*link{{l}}, turns: make([]homeTurn, 1)})
+	p := newPlacement(loops)
+	p.byHome[0] = []*link{l}
+	u.place.Store(p)
 	l.open()
 	pool := backend.NewPool(16, time.Minute)
 	tb.Cleanup(pool.Close)

@@ -348,6 +348,16 @@ type placement struct {
 	turns []homeTurn
 }
 
+// newPlacement returns the placement of no links yet on loops (nil: none).
+func newPlacement(loops Loops) *placement {
+	p := &placement{loops: loops}
+	if loops != nil {
+		p.byHome = make([][]*link, loops.NumLoops())
+		p.turns = make([]homeTurn, loops.NumLoops())
+	}
+	return p
+}
+
 // homeTurn is one loop's rotation counter (placement.turns).
 type homeTurn struct {
 	n uint32
@@ -380,10 +390,8 @@ func (u *Upstream) Start() {
 // of loops every loop owns a connection to every tcp and ws replica. Once,
 // instead of Start; Forward may run before it (UPSTREAM_UNAVAILABLE).
 func (u *Upstream) StartOn(loops Loops) {
-	p := &placement{loops: loops}
+	p := newPlacement(loops)
 	if loops != nil {
-		p.byHome = make([][]*link, loops.NumLoops())
-		p.turns = make([]homeTurn, loops.NumLoops())
 		k := 0
 		for _, l := range u.links {
 			if l.nats != nil {
