@@ -56,6 +56,21 @@ type Call interface {
 	Finish(result []byte, err error)
 }
 
+// LoopCall is implemented by a Call whose session runs on an event loop (the
+// gateway's): a forwarder that reads the answer on that same loop finishes
+// the call there with FinishOnLoop, which applies it at once, instead of
+// Finish, which hands it to the loop's queue.
+type LoopCall interface {
+	Call
+	// FinishOnLoop is Finish, applied before it returns: result and err
+	// are used during the call only (result is written out, not copied).
+	// It must be called on the call's own event loop (Origin.Loops and
+	// Loop), from the loop's reading of the other server's answer, never
+	// from within a call the gateway made to the forwarder (Forward,
+	// Cancel, Notify), whose caller is in the middle of the session's work.
+	FinishOnLoop(result []byte, err error)
+}
+
 // Canceller is what a Ticket reaches: the forwarder side of calls.
 type Canceller interface {
 	// Cancel tells the forwarder that the gateway no longer wants the

@@ -33,10 +33,12 @@ type Loops interface {
 type Wire interface {
 	// Open is called once the connection is on the loop.
 	Open(c WireConn)
-	// Traffic hands the Wire the bytes read and not yet consumed; it
-	// returns how many it consumed (the rest is given again with what
-	// arrives next) or an error, which closes the connection.
-	Traffic(in []byte) (int, error)
+	// Traffic hands the Wire the bytes read and not yet consumed, and
+	// the loop's clock of the read (Unix nanoseconds: the loop reads it
+	// once per read, for the Wire and the sessions it completes); it
+	// returns how many bytes it consumed (the rest is given again with
+	// what arrives next) or an error, which closes the connection.
+	Traffic(in []byte, now int64) (int, error)
 	// Output returns what the Wire queued since the last call, for the
 	// loop to write before it calls the Wire again.
 	Output() []byte

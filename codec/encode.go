@@ -54,6 +54,22 @@ func AppendResult(dst, id, result []byte) []byte {
 	return append(dst, '}')
 }
 
+// ResultSize is the length of what AppendResult appends for id and result,
+// so that a transport can write a frame's header before the response
+// itself (and build it in place, with no copy in between). Safe for
+// concurrent use.
+func ResultSize(id, result []byte) int {
+	return len(`{"jsonrpc":"2.0","id":`) + rawSize(id) + len(`,"result":`) + rawSize(result) + 1
+}
+
+// rawSize is the length appendRaw appends for v.
+func rawSize(v []byte) int {
+	if len(v) == 0 {
+		return len("null")
+	}
+	return len(v)
+}
+
 // AppendError appends the error response
 // {"jsonrpc":"2.0","id":<id|null>,"error":{"code":<code>,"message":<message>[,"data":{"code":<dataCode>[,"details":<details>]}]}}
 // (CONTRACT.md section 7) to dst. id is the raw id token, nil for null.

@@ -266,3 +266,33 @@ func TestPlainSubscriptionEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestResultSize: ResultSize is the length of AppendResult's output, for
+// ids and results of every kind, absent ones (written null) included.
+func TestResultSize(t *testing.T) {
+	tests := []struct {
+		name       string
+		id, result []byte
+	}{
+		{"int id object", []byte(`7`), []byte(`{"a":1}`)},
+		{"string id", []byte(`"abc"`), []byte(`[1,2]`)},
+		{"nil id", nil, []byte(`true`)},
+		{"nil result", []byte(`1`), nil},
+		{"empty both", []byte{}, []byte{}},
+		{"long result", []byte(`12345678901234567890`), []byte(`"` + strings.Repeat("x", 70000) + `"`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, want := ResultSize(tt.id, tt.result), len(AppendResult(nil, tt.id, tt.result)); got != want {
+				t.Fatalf("ResultSize %d, AppendResult wrote %d", got, want)
+			}
+		})
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		id := rapid.SliceOf(rapid.Byte()).Draw(rt, "id")
+		result := rapid.SliceOf(rapid.Byte()).Draw(rt, "result")
+		if got, want := ResultSize(id, result), len(AppendResult(nil, id, result)); got != want {
+			rt.Fatalf("ResultSize %d, AppendResult wrote %d", got, want)
+		}
+	})
+}

@@ -78,6 +78,23 @@ func AppendRequest(dst []byte, id uint64, method string, params []byte) []byte {
 	dst = AppendUint(dst, id)
 	dst = append(dst, `,"method":`...)
 	dst = AppendQuote(dst, method)
+	return appendParams(dst, params)
+}
+
+// AppendRequestQuoted is AppendRequest with the method name quoted already
+// (AppendQuote's output), for a caller that sends the same method again
+// and again. Safe for concurrent use.
+func AppendRequestQuoted(dst []byte, id uint64, quoted, params []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = AppendUint(dst, id)
+	dst = append(dst, `,"method":`...)
+	dst = append(dst, quoted...)
+	return appendParams(dst, params)
+}
+
+// appendParams ends a request: its params member, unless empty, and the
+// closing brace.
+func appendParams(dst, params []byte) []byte {
 	if len(params) > 0 {
 		dst = append(dst, `,"params":`...)
 		dst = append(dst, params...)

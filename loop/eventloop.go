@@ -152,13 +152,17 @@ func (l *eventLoop) applyLocked() {
 // GOMAXPROCS=1 they could not run before the loop blocks in epoll_wait), then
 // applies whatever they posted meanwhile, so that fast calls are answered in
 // the same write as the turn's other output: one read and one write per
-// request instead of a wake-up through the poller. Runs on the loop.
+// request instead of a wake-up through the poller. A turn that handed the
+// workers nothing (its calls were forwarded, or answered at once) has
+// nothing to wait for: it does not yield. Runs on the loop.
 func (l *eventLoop) endTurn() {
 	if l.handled == 0 {
 		return
 	}
 	l.handled = 0
-	l.turn.Flush()
+	if !l.turn.Flush() {
+		return
+	}
 	l.holdPosts()
 	runtime.Gosched()
 	l.releasePosts()

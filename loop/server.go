@@ -292,8 +292,9 @@ func (s *Server) onTraffic(c gnet.Conn) gnet.Action {
 	w, ok := c.Context().(*conn)
 	if !ok {
 		if x, ok := c.Context().(*wire); ok {
-			x.l.clock(time.Now())
-			return x.traffic()
+			now := time.Now()
+			x.l.clock(now)
+			return x.traffic(now.UnixNano())
 		}
 		return gnet.Close
 	}

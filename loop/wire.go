@@ -19,8 +19,9 @@ import (
 // enrolls the connection on the loop it names, the way the acceptors enroll
 // clients (accept.go), with a context value that marks it as a wire. From
 // then on the loop reads it in OnTraffic and hands the bytes to the
-// forwarder's bytestream.Wire; completions the Wire posts while it parses are
-// applied at the end of that turn. What it queued for the upstream is
+// forwarder's bytestream.Wire; the answers to calls of sessions on the same
+// loop are applied as the Wire parses them (backend.LoopCall), and anything
+// it posts meanwhile (a failure) by the drain the post schedules. What it queued for the upstream is
 // written once the loop has handled every socket of the poller's round
 // (eventLoop.flushDeferred), in one write for the calls of every client
 // read in the round, or at once past 64 KiB (the forwarder's choice).
@@ -131,22 +132,23 @@ func (s *Server) openWire(c gnet.Conn, l *eventLoop) gnet.Action {
 	return gnet.None
 }
 
-// traffic is OnTraffic of a wire: the Wire consumes what it can; calls it
-// finishes post to this loop, and are applied before the flush.
-func (x *wire) traffic() gnet.Action {
+// traffic is OnTraffic of a wire, whose input was read at now (the loop's
+// clock): the Wire consumes what it can, completing the calls of this
+// loop's sessions as it goes, and what that queued for them is flushed.
+func (x *wire) traffic(now int64) gnet.Action {
 	buf, _ := x.c.Peek(-1)
 	if len(buf) == 0 {
 		return gnet.None
 	}
-	l := x.l
-	l.holdPosts()
-	n, err := x.w.Traffic(buf)
+	// The answers to this loop's sessions are applied as they are parsed
+	// (backend.LoopCall); what else the Wire finishes meanwhile (a
+	// failure, a call of a session on no loop) is posted, and applied by
+	// the drain the post schedules.
+	n, err := x.w.Traffic(buf, now)
 	if n > 0 {
 		_, _ = x.c.Discard(n)
 	}
-	l.releasePosts()
-	l.applyLocked()
-	l.flush()
+	x.l.flush()
 	if err != nil {
 		return gnet.Close
 	}

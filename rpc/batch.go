@@ -64,21 +64,23 @@ func (tn *Turn) add(t *Task) {
 }
 
 // Flush hands every call gathered since the last Flush to the pool with one
-// hand-off. A nil Turn has nothing to flush. Must be called on the loop.
-func (tn *Turn) Flush() {
+// hand-off, and reports whether there was any. A nil Turn has nothing to
+// flush. Must be called on the loop.
+func (tn *Turn) Flush() bool {
 	if tn == nil {
-		return
+		return false
 	}
 	if tn.open != nil {
 		tn.jobs = append(tn.jobs, tn.open)
 		tn.open = nil
 	}
 	if len(tn.jobs) == 0 {
-		return
+		return false
 	}
 	tn.pool.SubmitAll(tn.jobs)
 	clear(tn.jobs)
 	tn.jobs = tn.jobs[:0]
+	return true
 }
 
 // reuse keeps an applied batch for a later turn. Must be called on the loop.

@@ -10,7 +10,9 @@ import (
 // CONTRACT.md section 10): no worker runs them. The forwarder writes the call
 // to an upstream and finishes it from its reader, which posts the task to
 // the loop exactly as a worker does; the loop applies it with Complete, so
-// generations, cancellation and stale answers work as for any task.
+// generations, cancellation and stale answers work as for any task. A reader
+// on the session's own loop completes it there at once (FinishOnLoop), with
+// the same Complete.
 
 var _ backend.Call = (*Task)(nil)
 
@@ -51,6 +53,26 @@ func (t *Task) Finish(result []byte, err error) {
 		}
 	}
 	t.sess.post.Post(t)
+	srv.settled(1)
+}
+
+var _ backend.LoopCall = (*Task)(nil)
+
+// FinishOnLoop implements backend.LoopCall: the forwarder read the answer
+// on the session's own loop, so the task is completed at once, as the loop
+// would apply its posted completion (the generation rule holds: a
+// cancelled or stale task is dropped by Complete), and result is written
+// to the client without being copied into the task. A subscription's
+// establishment is posted as Finish does. Must be called on the session's
+// loop, outside the session's own methods (see backend.LoopCall).
+func (t *Task) FinishOnLoop(result []byte, err error) {
+	if t.sub != nil {
+		t.Finish(result, err)
+		return
+	}
+	srv := t.sess.srv
+	t.result, t.err = result, err
+	t.sess.Complete(t) // frees t: result is not kept
 	srv.settled(1)
 }
 

@@ -393,8 +393,7 @@ func (s *Session) answer(t *Task) {
 	if t.err != nil {
 		s.sendError(t.id, t.err)
 	} else {
-		s.buf = codec.AppendResult(s.buf[:0], t.id, t.result)
-		s.send(s.buf)
+		s.sendResult(t.id, t.result)
 	}
 }
 

@@ -44,7 +44,7 @@ func BenchmarkLinkRoundTrip(b *testing.B) {
 		l.forward(c, 1) // admitted at 1: the timeout from the loop's clock of the turn, as the gateway's calls
 		l.Output()
 		answer = append(codec.AppendUint(append(answer[:0], `{"jsonrpc":"2.0","id":`...), uint64(i+1)), `,"result":{"a":1}}`+"\n"...)
-		if n, err := l.Traffic(answer); n != len(answer) || err != nil {
+		if n, err := l.Traffic(answer, nowNanos()); n != len(answer) || err != nil {
 			b.Fatalf("Traffic took %d of %d bytes: %v", n, len(answer), err)
 		}
 	}

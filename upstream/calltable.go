@@ -133,8 +133,11 @@ const (
 
 // entry is one call of a link's table. Guarded by link.mu.
 type entry struct {
-	id     uint64
-	state  callState
+	id    uint64
+	state callState
+	// here: the call's session runs on the link's loop, so that its
+	// answer finishes it at once (finish.here).
+	here   bool
 	c      backend.Call   // nil once finished
 	stream backend.Stream // non-nil for a subscription
 	sent   int64          // unix nanoseconds: when the gateway admitted it (the metric's start)
@@ -154,8 +157,19 @@ type entry struct {
 // subscription id (byte-stream links; NATS finds a subscription by its
 // stream subject), and in deadline order, so that a sweep looks at the
 // entries due and no others. Guarded by link.mu.
+//
+// By id, the entries are in a ring indexed by the id's low bits: a link
+// numbers its calls one after the other (nextID), so the calls in flight
+// together fill consecutive slots, and finding one is an index and a
+// compare where a map cost a hash and a probe (BenchmarkCallTable). An
+// entry that outlives the ring's window (a live subscription, a call
+// lingering after its timeout) is moved to the overflow map when a newer
+// id needs its slot; the ring doubles instead while it is at least half
+// full, up to maxRing, and the sweep halves it while it is mostly empty.
 type callTable struct {
-	ids  map[uint64]*entry
+	ring []*entry          // by id & (len(ring)-1); len a power of two, or 0
+	over map[uint64]*entry // the entries a newer id displaced from the ring; lazily made
+	n    int               // entries, ring and overflow
 	subs map[string]*entry // live and orphaned subscriptions by the upstream's id (byte-stream)
 	// head and tail are the entries with a deadline, earliest first.
 	head, tail *entry
@@ -171,15 +185,124 @@ type callTable struct {
 // maxFree bounds the entries a table keeps for reuse after a burst.
 const maxFree = 4096
 
+// The ring's bounds: a table starts at minRing slots (512 bytes) and grows
+// to at most maxRing (1 MiB of pointers), beyond which calls in flight
+// together share slots through the overflow map.
+const (
+	minRing = 64
+	maxRing = 1 << 17
+)
+
 func newCallTable() callTable {
-	return callTable{ids: make(map[uint64]*entry), subs: make(map[string]*entry)}
+	return callTable{ring: make([]*entry, minRing), subs: make(map[string]*entry)}
 }
 
 // len is the number of entries.
-func (t *callTable) len() int { return len(t.ids) }
+func (t *callTable) len() int { return t.n }
 
 // get returns entry id, or nil.
-func (t *callTable) get(id uint64) *entry { return t.ids[id] }
+func (t *callTable) get(id uint64) *entry {
+	if len(t.ring) > 0 {
+		if e := t.ring[id&uint64(len(t.ring)-1)]; e != nil && e.id == id {
+			return e
+		}
+	}
+	if len(t.over) == 0 {
+		return nil
+	}
+	return t.over[id]
+}
+
+// put files e under e.id, which no entry has.
+func (t *callTable) put(e *entry) {
+	t.n++
+	if len(t.ring) == 0 {
+		t.ring = make([]*entry, minRing)
+	}
+	for {
+		slot := &t.ring[e.id&uint64(len(t.ring)-1)]
+		if *slot == nil {
+			*slot = e
+			return
+		}
+		if 2*t.n <= len(t.ring) || len(t.ring) >= maxRing {
+			// A sparse ring: the occupant outlived the window.
+			t.overflow(*slot)
+			*slot = e
+			return
+		}
+		t.resize(2 * len(t.ring))
+	}
+}
+
+// overflow moves e, displaced from the ring, to the overflow map.
+func (t *callTable) overflow(e *entry) {
+	if t.over == nil {
+		t.over = make(map[uint64]*entry)
+	}
+	t.over[e.id] = e
+}
+
+// resize moves the ring's entries to a ring of size slots (a power of
+// two): growing keeps every one in the ring, shrinking moves those that
+// meet in a slot to the overflow map, the older first.
+func (t *callTable) resize(size int) {
+	ring := make([]*entry, size)
+	mask := uint64(size - 1)
+	for _, e := range t.ring {
+		if e == nil {
+			continue
+		}
+		slot := &ring[e.id&mask]
+		switch {
+		case *slot == nil:
+			*slot = e
+		case (*slot).id < e.id:
+			t.overflow(*slot)
+			*slot = e
+		default:
+			t.overflow(e)
+		}
+	}
+	t.ring = ring
+}
+
+// shrink halves the ring while at most an eighth of it would be used,
+// down to minRing: the sweep's, so that a link's ring follows its load
+// after a burst.
+func (t *callTable) shrink() {
+	size := len(t.ring)
+	for size > minRing && 8*t.n <= size/2 {
+		size /= 2
+	}
+	if size < len(t.ring) {
+		t.resize(size)
+	}
+}
+
+// del takes e out of the id index.
+func (t *callTable) del(e *entry) {
+	t.n--
+	if len(t.ring) > 0 {
+		if slot := &t.ring[e.id&uint64(len(t.ring)-1)]; *slot == e {
+			*slot = nil
+			return
+		}
+	}
+	delete(t.over, e.id)
+}
+
+// each calls fn for every entry; fn may remove the entry it is given.
+func (t *callTable) each(fn func(e *entry)) {
+	for _, e := range t.ring {
+		if e != nil {
+			fn(e)
+		}
+	}
+	for _, e := range t.over {
+		fn(e)
+	}
+}
 
 // add records call c with upstream id id, sent (admitted) at sent and due at
 // deadline: a subscription request when st is non-nil.
@@ -196,7 +319,7 @@ func (t *callTable) add(id uint64, c backend.Call, st backend.Stream, sent, dead
 	if st != nil {
 		e.state = callEstablishing
 	}
-	t.ids[id] = e
+	t.put(e)
 	t.link(e, deadline)
 	return e
 }
@@ -255,15 +378,15 @@ func (t *callTable) due(now int64) *entry {
 // rekey files e under id instead of its own: a plain subscription waiting
 // for the answer to its NS_unsubscribe request id.
 func (t *callTable) rekey(e *entry, id uint64) {
-	delete(t.ids, e.id)
+	t.del(e)
 	e.id = id
-	t.ids[id] = e
+	t.put(e)
 }
 
 // remove deletes e from every index and keeps it for reuse.
 func (t *callTable) remove(e *entry) {
 	t.unlink(e)
-	delete(t.ids, e.id)
+	t.del(e)
 	if e.upSub != "" && t.subs[e.upSub] == e {
 		delete(t.subs, e.upSub)
 	}
@@ -346,13 +469,25 @@ type finish struct {
 	c      backend.Call
 	result []byte
 	err    error
+	// here: the answer was read on the loop of the call's session, which
+	// applies it at once (backend.LoopCall). Only answers are: a failure,
+	// a sweep or a cancel may run within the session's own work (a cancel
+	// that takes the backlog over the bound fails the link), and posts.
+	here bool
 }
 
 // do applies f; a zero finish does nothing.
 func (f finish) do() {
-	if f.c != nil {
-		f.c.Finish(f.result, f.err)
+	if f.c == nil {
+		return
 	}
+	if f.here {
+		if lc, ok := f.c.(backend.LoopCall); ok {
+			lc.FinishOnLoop(f.result, f.err)
+			return
+		}
+	}
+	f.c.Finish(f.result, f.err)
 }
 
 // moveLocked moves entry e to state to for cause, with the side effects the
@@ -390,7 +525,11 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		if now == 0 {
 			now = l.clock()
 		}
-		l.up.counters.ended(outcomeOf(from, why, err), e.sent, now)
+		if l.now != 0 {
+			l.tally.ended(outcomeOf(from, why, err), e.sent, now) // added up at the end of the read
+		} else {
+			l.up.counters.ended(outcomeOf(from, why, err), e.sent, now)
+		}
 	}
 	var f finish
 	if from.holdsCall() && !to.holdsCall() {
@@ -400,7 +539,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 				err = backend.ErrUpstreamTimeout
 			}
 		}
-		f = finish{c: e.c, result: result, err: err}
+		f = finish{c: e.c, result: result, err: err, here: e.here && why == byAnswer}
 		e.c = nil
 	}
 	switch to {

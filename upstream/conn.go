@@ -304,7 +304,7 @@ func (l *link) Closed(error) {
 // Output implements Wire. The loop writes the buffer before the
 // link appends to it again.
 func (l *link) Output() []byte {
-	l.mu.Lock()
+	l.lock()
 	out := l.out
 	if l.wc != nil {
 		l.notePeak(len(out) + l.wc.Buffered())
@@ -313,19 +313,23 @@ func (l *link) Output() []byte {
 	if cap(out) > 1<<20 {
 		l.out = nil // a burst's buffer is not kept
 	}
-	l.mu.Unlock()
+	l.unlock()
 	return out
 }
 
-// Traffic implements Wire. The answers it applies are timed with
-// one clock reading for all of them.
-func (l *link) Traffic(in []byte) (int, error) {
-	l.now = nowNanos()
-	defer func() { l.now = 0 }()
+// Traffic implements Wire. The answers it applies are timed with the
+// loop's clock of the read, now, and counted in the link's tally, which is
+// added to the upstream's counters once at the end.
+func (l *link) Traffic(in []byte, now int64) (n int, err error) {
+	l.now = now
 	if l.frame != nil {
-		return l.readFrames(in, l.up.cfg.MaxMessageBytes)
+		n, err = l.readFrames(in, l.up.cfg.MaxMessageBytes)
+	} else {
+		n, err = l.readLines(in, l.up.cfg.MaxMessageBytes)
 	}
-	return l.readLines(in, l.up.cfg.MaxMessageBytes)
+	l.now = 0
+	l.tally.flush(&l.up.counters)
+	return n, err
 }
 
 // clock is the time for the call durations: the reading of the current
@@ -420,12 +424,12 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			case ws.OpClose:
 				return n, errUpstreamClosedWS
 			case ws.OpPing:
-				l.mu.Lock()
+				l.lock()
 				if l.up_ {
 					l.out = appendFrame(l.out, ws.OpPong, p)
 					l.owedLocked() // an upstream that pings and never reads is closed
 				}
-				l.mu.Unlock()
+				l.unlock()
 				l.signal()
 			}
 			continue
@@ -438,11 +442,11 @@ func (l *link) readFrames(in []byte, max int) (int, error) {
 			// a client's is. Skipping the rest would wedge the link for
 			// as long as the header claims, up to 2^63 bytes.
 			l.drop(dropTooLong)
-			l.mu.Lock()
+			l.lock()
 			if l.up_ {
 				l.out = appendCloseFrame(l.out, ws.StatusMessageTooBig)
 			}
-			l.mu.Unlock()
+			l.unlock()
 			l.signal()
 			return n, errUpstreamTooBig
 		}

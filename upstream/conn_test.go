@@ -169,7 +169,7 @@ func feed(l *link, in []byte, chunk int) ([]byte, error) {
 		k := min(chunk, len(in))
 		buf = append(buf, in[:k]...)
 		in = in[k:]
-		n, err := l.Traffic(buf)
+		n, err := l.Traffic(buf, nowNanos())
 		if err != nil {
 			return nil, err
 		}

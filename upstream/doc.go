@@ -49,9 +49,13 @@
 //	                      under Topics.mu and Fanout.mu (a Post after
 //	                      stream.mu is released), never under stream.mu, and
 //	                      released before the queued completions are applied
-//	upstream link.mu      a link's table and output; taken with none of the
-//	                      above held, and none of them is taken under it:
-//	                      Finish, Establish and Emit run after it is released
-//	                      (moveLocked returns the finish for that). Below it
-//	                      only the loop's WireConn.Buffered (goLoop's goConn.mu).
+//	upstream link.mu      a NATS link's table and output (a byte-stream link's
+//	                      loop owns them and takes no lock, link.lock); taken
+//	                      with none of the above held, and none of them is
+//	                      taken under it: Finish, Establish and Emit run after
+//	                      it is released (moveLocked returns the finish for
+//	                      that), as they do on a byte-stream link, where
+//	                      FinishOnLoop applies an answer's completion at once.
+//	                      Below it only the loop's WireConn.Buffered (goLoop's
+//	                      goConn.mu).
 package upstream

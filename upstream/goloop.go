@@ -132,7 +132,7 @@ func (gc *goConn) read() {
 		}
 		var consumed int
 		var terr error
-		if !gc.g.wait(func() { consumed, terr = gc.w.Traffic(buf) }) {
+		if !gc.g.wait(func() { consumed, terr = gc.w.Traffic(buf, nowNanos()) }) {
 			break
 		}
 		buf = buf[:copy(buf, buf[consumed:])]

@@ -60,12 +60,12 @@ func (l *link) refuse(id []byte) {
 		return // a worker has no business asking edge anything
 	}
 	msg := codec.AppendError(nil, id, codec.CodeMethodNotFound, "Method not found", "", nil)
-	l.mu.Lock()
+	l.lock()
 	if l.up_ {
 		l.appendLocked(msg)
 		l.owedLocked() // an upstream that asks and never reads is closed
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 }
 
@@ -87,17 +87,17 @@ func (l *link) response(idTok, result, errObj []byte) {
 func (l *link) answer(id uint64, result, errObj []byte) {
 	var f finish
 	orphaned := false // a subscription/cancel was queued: the only output an answer causes
-	l.mu.Lock()
+	l.lock()
 	e := l.calls.get(id)
 	switch {
 	case e != nil && (e.state == callUnsubscribing || e.state == callOrphaned) && e.plain() != "":
 		// The answer to NS_unsubscribe (subCancelLocked filed the entry
 		// under its id): whatever it says, the subscription is gone.
 		l.moveLocked(e, callEnded, byAnswer, nil, nil)
-		l.mu.Unlock()
+		l.unlock()
 		return
 	case e == nil || e.state == callLive || e.state == callOrphaned:
-		l.mu.Unlock()
+		l.unlock()
 		l.drop(dropUnknownID)
 		return
 	case e.state == callExpired:
@@ -108,7 +108,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		} else {
 			l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
-		l.mu.Unlock()
+		l.unlock()
 		l.up.late.Add(1) // the answer to a call that timed out: not garbage
 		if orphaned {
 			l.signal()
@@ -125,10 +125,10 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 			f = l.moveLocked(e, callEnded, byAnswer, nil, nil)
 		}
 	case errObj != nil:
-		err := answerError(append([]byte(nil), errObj...))
+		err := l.answerErrorOf(e, errObj)
 		f = l.moveLocked(e, callEnded, byAnswer, nil, err)
 		if err == errUpstreamProtocol {
-			l.mu.Unlock()
+			l.unlock()
 			l.drop(dropBadError)
 			f.do()
 			return
@@ -142,7 +142,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		sub, ok := l.subKey(e, result)
 		if !ok {
 			f = l.moveLocked(e, callEnded, byAnswer, nil, errUpstreamProtocol)
-			l.mu.Unlock()
+			l.unlock()
 			l.drop(dropBadSub)
 			f.do()
 			return
@@ -151,7 +151,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		st := e.stream
 		plain := e.plain() != ""
 		l.moveLocked(e, callLive, byAnswer, nil, nil)
-		l.mu.Unlock()
+		l.unlock()
 		if plain {
 			st.Establish(result)
 		} else {
@@ -159,7 +159,7 @@ func (l *link) answer(id uint64, result, errObj []byte) {
 		}
 		return
 	}
-	l.mu.Unlock()
+	l.unlock()
 	if orphaned {
 		l.signal()
 	}
@@ -184,6 +184,19 @@ func answerError(errObj []byte) error {
 	return &backend.RawError{Object: errObj}
 }
 
+// answerErrorOf is answerError for the answer of entry e: the error object
+// is copied, as the call's Finish keeps it until its loop applies it, but
+// for a unary call finished on the loop as the answer is read
+// (backend.LoopCall), which writes it out and keeps nothing: that one
+// refers to the read buffer, through the reader's scratch error.
+func (l *link) answerErrorOf(e *entry, errObj []byte) error {
+	if !e.here || e.stream != nil || len(errObj) == 0 || errObj[0] != '{' {
+		return answerError(append([]byte(nil), errObj...))
+	}
+	l.rawErr.Object = errObj
+	return &l.rawErr
+}
+
 // notification applies an event or a subscription/closed.
 func (l *link) notification(method, params []byte) {
 	switch {
@@ -204,7 +217,7 @@ func (l *link) event(params []byte) {
 		l.drop(dropBadJSON)
 		return
 	}
-	l.mu.Lock()
+	l.lock()
 	l.emitLocked(l.calls.subs[string(sub)], cursor, body)
 }
 
@@ -223,7 +236,7 @@ func (l *link) emitLocked(e *entry, cursor, body []byte) {
 			orphaned = true
 		}
 	}
-	l.mu.Unlock()
+	l.unlock()
 	switch {
 	case st != nil:
 		st.Emit(cursor, body)
@@ -271,7 +284,7 @@ func (l *link) closed(params []byte) {
 		l.drop(dropBadJSON)
 		return
 	}
-	l.mu.Lock()
+	l.lock()
 	l.endLocked(l.calls.subs[string(sub)], reason)
 }
 
@@ -308,7 +321,7 @@ func (l *link) endLocked(e *entry, reason []byte) {
 		}
 		f = l.moveLocked(e, callEnded, byUpstream, nil, err)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	f.do()
 }
 

@@ -21,7 +21,7 @@ func (c *countLoops) at(i int) backend.Origin { return backend.Origin{Loops: c, 
 
 // placeLinks puts link k on loop k, as StartOn does, and opens them.
 func placeLinks(u *Upstream, loops Loops, links ...*link) {
-	p := &placement{loops: loops, byHome: make([][]*link, loops.NumLoops())}
+	p := newPlacement(loops)
 	for k, l := range links {
 		l.home, l.loops = k%len(p.byHome), loops
 		p.byHome[l.home] = append(p.byHome[l.home], l)

@@ -18,10 +18,11 @@ import (
 // the end of every turn. Forward and Cancel of calls from sessions on that
 // loop append to the output buffer on the loop; calls from other loops get
 // there through the loop's task queue (forwardFrom). Every method of a
-// byte-stream link therefore runs on its loop; mu is never contended there
-// (it serves the NATS links, whose reader is nats.go's delivery goroutine
-// and whose writer is the supervisor's). No goroutine waits per call: a
-// call in flight is one entry in calls (calltable.go).
+// byte-stream link therefore runs on its loop, which owns the state "guarded
+// by mu" below: such a link takes no lock (lock, unlock). mu serves the NATS
+// links, whose reader is nats.go's delivery goroutine, whose writer is the
+// supervisor's, and whose calls come from every loop. No goroutine waits
+// per call: a call in flight is one entry in calls (calltable.go).
 type link struct {
 	up   *Upstream // immutable
 	desc string    // immutable: for logs, e.g. "tcp://127.0.0.1:9000#1"
@@ -49,6 +50,8 @@ type link struct {
 	// for every call, where taking mu cost 5% of the proxy's CPU.
 	upNow atomic.Bool
 
+	// mu guards what follows on a NATS link; a byte-stream link's loop
+	// owns it instead (lock).
 	mu      sync.Mutex
 	up_     bool          // guarded by mu: connected, accepting calls
 	calls   callTable     // guarded by mu: calls in flight, live subscriptions, and timed-out calls awaiting their late answer
@@ -56,6 +59,8 @@ type link struct {
 	pubs    []natsPub     // guarded by mu: NATS messages not yet taken by the writer
 	pubSize int           // guarded by mu: bytes in pubs
 	enc     []byte        // guarded by mu: scratch for a message being framed
+	method  string        // guarded by mu: the last method forwarded (quote)
+	quoted  []byte        // guarded by mu: method as a JSON string
 	wake    chan struct{} // cap 1: output or a state change for the NATS writer
 
 	inflight atomic.Int64 // calls sent, establishing or dropped (callState.inFlight), for replica choice
@@ -71,15 +76,21 @@ type link struct {
 	garbage burst  // what the upstream sent that was dropped
 	body    []byte // scratch: an event's members
 	name    []byte // scratch: an unquoted subscription id
-	key     []byte // scratch: a plain subscription's key (plainKey)
+	// rawErr is the error of an answer finished on the loop as it is
+	// read (answerErrorOf): FinishOnLoop keeps nothing of it.
+	rawErr backend.RawError
+	key    []byte // scratch: a plain subscription's key (plainKey)
 
 	// The byte-stream side, loop-owned (conn.go): the loop's side of the
 	// connection while connected, the reading state, and where Closed
 	// tells the supervisor.
-	wc   WireConn
-	rd   reading
-	now  int64         // unix nanoseconds of the current Traffic, 0 outside it
-	gone chan struct{} // cap 1: the loop closed the connection
+	wc  WireConn
+	rd  reading
+	now int64 // unix nanoseconds of the current Traffic, 0 outside it
+	// tally counts the calls that end during the current Traffic, for
+	// the upstream's counters at its end.
+	tally tally
+	gone  chan struct{} // cap 1: the loop closed the connection
 	// over is set when output the upstream is owed (owedLocked) took the
 	// backlog over Config.MaxPendingBytes: signal closes the connection.
 	over bool
@@ -90,6 +101,24 @@ type link struct {
 	lastPending int
 
 	probeState // when a tcp:// connection counts as up (probe.go)
+}
+
+// lock takes mu on a NATS link, and nothing on a byte-stream one: every
+// method of a byte-stream link runs on its loop (see link), which owns its
+// table and output, and an uncontended mutex still cost two atomic
+// operations on every call, answer and read (BenchmarkProxyPipelined).
+// The functions named ...Locked are called between lock and unlock.
+func (l *link) lock() {
+	if l.nats != nil {
+		l.mu.Lock()
+	}
+}
+
+// unlock releases what lock took.
+func (l *link) unlock() {
+	if l.nats != nil {
+		l.mu.Unlock()
+	}
 }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
@@ -130,8 +159,19 @@ func (l *link) signal() {
 // forward implements backend.Forwarder for this one link. Runs on the
 // link's loop (a NATS link: on any loop).
 func (l *link) forward(c backend.Call, admitted int64) backend.Ticket {
+	return l.forwardOn(c, admitted, false)
+}
+
+// forwardHere is forward for a call whose session runs on the link's own
+// loop (a byte-stream link): its answer, read on that loop, finishes it
+// there (backend.LoopCall), without the hand-off through the loop's queue.
+func (l *link) forwardHere(c backend.Call, admitted int64) backend.Ticket {
+	return l.forwardOn(c, admitted, l.nats == nil)
+}
+
+func (l *link) forwardOn(c backend.Call, admitted int64, here bool) backend.Ticket {
 	id := l.nextID.Add(1)
-	if !l.forwardID(c, id, false, admitted) {
+	if !l.forwardID(c, id, false, admitted, here) {
 		return backend.Ticket{}
 	}
 	return backend.NewTicket(l, id)
@@ -146,7 +186,7 @@ func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
 	// Counted in flight from now, so that the calls picked before the loop
 	// runs this one spread over the links as the others do.
 	l.inflight.Add(1)
-	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted) }) {
+	if !l.loops.Run(l.home, func() { l.forwardID(c, id, true, admitted, false) }) {
 		l.up.refuse(c, l, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return backend.Ticket{}
 	}
@@ -171,17 +211,18 @@ func (r remote) Cancel(id uint64) {
 // call in flight already (taken back if the link does not take it), so that
 // the count never passes through a value that would skew a concurrent
 // replica choice.
-func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64) bool {
+// here: the call's session runs on the link's loop (forwardHere).
+func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64, here bool) bool {
 	st := c.Stream()
 	if l.nats != nil && !validToken(c.Method()) {
 		// No NATS subject can carry it, so no worker serves it.
 		l.up.refuse(c, reserved(l, counted), notCounted, backend.ErrUnknownMethod)
 		return false
 	}
-	l.mu.Lock()
+	l.lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
 		// Nothing queues (CONTRACT.md section 10): down, or not reading.
-		l.mu.Unlock()
+		l.unlock()
 		l.up.refuse(c, reserved(l, counted), outcomeUnavailable, backend.ErrUpstreamUnavailable)
 		return false
 	}
@@ -189,21 +230,34 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 	case l.nats != nil:
 		l.nats.requestLocked(l, id, c.Method(), c.Params(), st != nil)
 	case l.frame == nil:
-		l.out = append(codec.AppendRequest(l.out, id, c.Method(), c.Params()), '\n')
+		l.out = append(codec.AppendRequestQuoted(l.out, id, l.quote(c.Method()), c.Params()), '\n')
 	default:
-		l.enc = codec.AppendRequest(l.enc[:0], id, c.Method(), c.Params())
+		l.enc = codec.AppendRequestQuoted(l.enc[:0], id, l.quote(c.Method()), c.Params())
 		l.out = l.frame(l.out, l.enc)
 	}
 	if admitted == 0 {
 		admitted = time.Now().UnixNano()
 	}
-	l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
+	e := l.calls.add(id, c, st, admitted, admitted+int64(l.up.cfg.Timeout))
+	if here {
+		_, e.here = c.(backend.LoopCall)
+	}
 	if !counted {
 		l.inflight.Add(1)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 	return true
+}
+
+// quote returns method as a JSON string: kept from the last call, as a
+// client's calls tend to repeat the method. Called with mu held.
+func (l *link) quote(method string) []byte {
+	if method != l.method {
+		l.quoted = codec.AppendQuote(l.quoted[:0], method)
+		l.method = method
+	}
+	return l.quoted
 }
 
 // Cancel implements backend.Canceller. Runs on a loop. A call in flight is
@@ -214,7 +268,7 @@ func (l *link) forwardID(c backend.Call, id uint64, counted bool, admitted int64
 // subscription/cancel, CONTRACT.md 2.3).
 func (l *link) Cancel(id uint64) {
 	var f finish
-	l.mu.Lock()
+	l.lock()
 	switch e := l.calls.get(id); {
 	case e == nil:
 	case e.state == callSent || e.state == callEstablishing:
@@ -226,7 +280,7 @@ func (l *link) Cancel(id uint64) {
 		}
 		f = l.moveLocked(e, to, byGateway, nil, nil)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 	f.do()
 }
@@ -337,9 +391,9 @@ const (
 // supervisor reconnects with back-off once the loop has closed it. Runs on
 // the link's loop.
 func (l *link) overflow(why string) {
-	l.mu.Lock()
+	l.lock()
 	pending := l.backlogLocked()
-	l.mu.Unlock()
+	l.unlock()
 	l.over = false
 	l.stallSince, l.lastPending = 0, 0
 	l.up.slowClosed.Add(1)
@@ -385,8 +439,8 @@ func appendSubCancel(dst []byte, upSub string) []byte {
 // supervisor may both see the connection up). Called by the supervisor once
 // the transport is up.
 func (l *link) open() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.lock()
+	defer l.unlock()
 	if l.up_ {
 		return false
 	}
@@ -410,25 +464,25 @@ func (l *link) isUp() bool { return l.upNow.Load() }
 // reconnect: none of their answers can come back). Safe to call more than
 // once.
 func (l *link) fail() {
-	l.mu.Lock()
+	l.lock()
 	if !l.up_ {
-		l.mu.Unlock()
+		l.unlock()
 		return
 	}
 	l.up_ = false
 	l.upNow.Store(false)
 	fs := make([]finish, 0, l.calls.len())
-	for _, e := range l.calls.ids {
+	l.calls.each(func(e *entry) {
 		var err error = backend.ErrUpstreamUnavailable
 		if e.state == callLive {
 			err = backend.ErrUpstreamLost
 		}
 		fs = append(fs, l.moveLocked(e, callEnded, byDown, nil, err))
-	}
+	})
 	l.calls = callTable{}
 	l.out = l.out[:0]
 	l.pubs, l.pubSize = nil, 0
-	l.mu.Unlock()
+	l.unlock()
 	for _, f := range fs {
 		f.do()
 	}
@@ -449,9 +503,9 @@ const maxExpired = 1 << 16
 // connection whose output has stalled (stalledLocked, overflow).
 func (l *link) sweep(now int64) {
 	var fs []finish
-	l.mu.Lock()
+	l.lock()
 	if l.nats == nil && l.up_ && l.wc != nil && l.stalledLocked(now) {
-		l.mu.Unlock()
+		l.unlock()
 		l.overflow(closeStalled)
 		return
 	}
@@ -460,13 +514,14 @@ func (l *link) sweep(now int64) {
 			fs = append(fs, f)
 		}
 	}
+	l.calls.shrink()
 	probed := l.up_ && l.nats != nil && len(l.calls.workers) > 0
 	if probed {
 		for w := range l.calls.workers {
 			l.nats.probeLocked(l, w)
 		}
 	}
-	l.mu.Unlock()
+	l.unlock()
 	if probed || len(fs) > 0 || l.over {
 		l.signal()
 	}
@@ -487,9 +542,9 @@ func (l *link) notify(method string, params []byte) {
 	if l.nats != nil && !validToken(method) {
 		return
 	}
-	l.mu.Lock()
+	l.lock()
 	if !l.up_ || l.backlogLocked() > l.up.cfg.MaxPendingBytes {
-		l.mu.Unlock()
+		l.unlock()
 		return
 	}
 	if l.nats != nil {
@@ -498,6 +553,6 @@ func (l *link) notify(method string, params []byte) {
 		l.enc = codec.AppendNotification(l.enc[:0], method, params)
 		l.appendLocked(l.enc)
 	}
-	l.mu.Unlock()
+	l.unlock()
 	l.signal()
 }

@@ -233,9 +233,9 @@ func (l *link) workerGone(worker string) {
 	var fs []finish
 	n := 0
 	l.mu.Lock()
-	for _, e := range l.calls.ids {
+	l.calls.each(func(e *entry) {
 		if e.worker != worker {
-			continue
+			return
 		}
 		n++
 		var err error = backend.ErrUpstreamUnavailable
@@ -245,7 +245,7 @@ func (l *link) workerGone(worker string) {
 		if f := l.moveLocked(e, callEnded, byUpstream, nil, err); f.c != nil {
 			fs = append(fs, f)
 		}
-	}
+	})
 	l.mu.Unlock()
 	if n == 0 {
 		return

@@ -62,7 +62,7 @@ func TestUpstreamOwedOutputOverCap(t *testing.T) {
 			l.forward(c, 0)
 			sc.flush(l)
 			in := bytes.Repeat(tt.msg, 1000) // about ten times the cap in answers
-			n, err := l.Traffic(in)
+			n, err := l.Traffic(in, nowNanos())
 			if err != nil || n != len(in) {
 				t.Fatalf("Traffic consumed %d of %d bytes, %v", n, len(in), err)
 			}

@@ -110,7 +110,7 @@ func (l *link) plainEvent(method, params []byte) bool {
 	}
 	l.key = append(append(append(l.key[:0], sub...), 0), ns...)
 	l.body = append(append(l.body[:0], `"result":`...), result...)
-	l.mu.Lock()
+	l.lock()
 	l.emitLocked(l.calls.subs[string(l.key)], nil, l.body)
 	return true
 }

@@ -104,7 +104,7 @@ func (r *readerFuzz) run(data []byte) {
 			k := min(step, len(data))
 			buf = append(buf, data[:k]...)
 			data = data[k:]
-			n, err := r.l.Traffic(buf)
+			n, err := r.l.Traffic(buf, nowNanos())
 			if n < 0 || n > len(buf) {
 				t.Fatalf("Traffic consumed %d of %d bytes", n, len(buf))
 			}

@@ -88,4 +88,39 @@ func (u *Upstream) Stats() Stats {
 	return st
 }
 
+// tally counts the calls that end while a byte-stream link reads (during
+// one Traffic, link.now set), added to the upstream's counters once at the
+// end of the read (flush): an atomic add per outcome and bucket that the
+// read saw, instead of three per call. Loop-owned.
+type tally struct {
+	outcomes [numOutcomes]uint64
+	duration hist.Hist
+	n        int
+}
+
+// ended is counters.ended, tallied.
+func (t *tally) ended(o outcome, start, now int64) {
+	t.outcomes[o]++
+	if start != 0 {
+		t.duration.Observe(now - start)
+	}
+	t.n++
+}
+
+// flush adds the tally to c and zeroes it.
+func (t *tally) flush(c *counters) {
+	if t.n == 0 {
+		return
+	}
+	for o, n := range t.outcomes {
+		if n != 0 {
+			c.outcomes[o].Add(n)
+		}
+	}
+	if t.duration.Count() != 0 {
+		c.duration.Add(&t.duration)
+	}
+	*t = tally{}
+}
+
 func nowNanos() int64 { return time.Now().UnixNano() }

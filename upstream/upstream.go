@@ -342,6 +342,26 @@ func (u *Upstream) Late() int64 { return u.late.Load() }
 type placement struct {
 	loops  Loops
 	byHome [][]*link
+	// turns[i] rotates the start of loop i's scans of byHome[i] (least):
+	// written by loop i only, so without an atomic. Padded to a cache
+	// line each, as the loops write them concurrently.
+	turns []homeTurn
+}
+
+// newPlacement returns the placement of no links yet on loops (nil: none).
+func newPlacement(loops Loops) *placement {
+	p := &placement{loops: loops}
+	if loops != nil {
+		p.byHome = make([][]*link, loops.NumLoops())
+		p.turns = make([]homeTurn, loops.NumLoops())
+	}
+	return p
+}
+
+// homeTurn is one loop's rotation counter (placement.turns).
+type homeTurn struct {
+	n uint32
+	_ [60]byte
 }
 
 // Start is StartOn without the gateway's event loops: the exec, tcp and ws
@@ -370,9 +390,8 @@ func (u *Upstream) Start() {
 // of loops every loop owns a connection to every tcp and ws replica. Once,
 // instead of Start; Forward may run before it (UPSTREAM_UNAVAILABLE).
 func (u *Upstream) StartOn(loops Loops) {
-	p := &placement{loops: loops}
+	p := newPlacement(loops)
 	if loops != nil {
-		p.byHome = make([][]*link, loops.NumLoops())
 		k := 0
 		for _, l := range u.links {
 			if l.nats != nil {
@@ -451,8 +470,11 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
 		home := u.home(o)
 		if l := u.pick(home); l != nil {
-			if l.nats != nil || l.home == home {
+			switch {
+			case l.nats != nil:
 				return l.forward(c, o.Admitted)
+			case l.home == home:
+				return l.forwardHere(c, o.Admitted)
 			}
 			return l.forwardFrom(c, o.Admitted)
 		}
@@ -478,17 +500,19 @@ func (u *Upstream) home(o backend.Origin) int {
 // those loop home owns, or if none of them is up among all, or nil.
 func (u *Upstream) pick(home int) *link {
 	if home >= 0 {
-		if l := u.least(u.place.Load().byHome[home]); l != nil {
+		p := u.place.Load()
+		if l := u.least(p.byHome[home], &p.turns[home].n); l != nil {
 			return l
 		}
 	}
-	return u.least(u.links)
+	return u.least(u.links, nil)
 }
 
 // least returns the connected link of links with the fewest calls in
 // flight, starting the scan at a rotating offset so that ties spread, or
-// nil.
-func (u *Upstream) least(links []*link) *link {
+// nil. turn is the rotation of the calling loop's own links (placement.turns),
+// nil for the upstream's shared one.
+func (u *Upstream) least(links []*link, turn *uint32) *link {
 	var best *link
 	var least int64
 	n := len(links)
@@ -497,7 +521,14 @@ func (u *Upstream) least(links []*link) *link {
 	}
 	off := 0
 	if n > 1 {
-		off = int(u.next.Add(1) % uint32(n))
+		var k uint32
+		if turn != nil {
+			*turn++
+			k = *turn
+		} else {
+			k = u.next.Add(1)
+		}
+		off = int(k % uint32(n))
 	}
 	for i := range n {
 		l := links[(off+i)%n]

@@ -119,6 +119,17 @@ func (a *Atomic) Observe(d int64) {
 	a.sum.Add(d)
 }
 
+// Add adds h, a batch of observations, with one atomic add per bucket
+// that holds any. Safe for concurrent use.
+func (a *Atomic) Add(h *Hist) {
+	for i, c := range h.Counts {
+		if c != 0 {
+			a.counts[i].Add(c)
+		}
+	}
+	a.sum.Add(h.SumNanos)
+}
+
 // Load reads the histogram. The buckets are read one by one, so a reading
 // taken while observations go on may be off by those few. Safe for
 // concurrent use.

@@ -90,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "", "output directory (default: bench/results/<run>)")
 	fs.StringVar(&o.root, "root", "", "edge repository root (default: found from the working directory)")
 	fs.StringVar(&o.edgeSrc, "edge-src", "", "build edge from this edge checkout instead of -root (e.g. a branch's worktree; the peers, the harness and the results stay -root's)")
-	fs.StringVar(&o.baseSrc, "base-src", "", "also run edge built from this checkout (e.g. main's) as the server "+baseEdge+", right after edge in every phase of W1, W3, W4, W6 and W7: before and after in one run")
+	fs.StringVar(&o.baseSrc, "base-src", "", "also run edge built from this checkout (e.g. main's) as the server "+baseEdge+", right after edge in every phase of W1, W3, W4, W6 and W7, and as P1's proxy right after edge's: before and after in one run")
 	fs.StringVar(&o.goBin, "go", envOr("GO", "go"), "go command used to build the servers")
 	fs.BoolVar(&o.pin, "pin", true, "pin servers to one CPU and the generator to another (sched_setaffinity)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "stop the whole run after this long (default 30m, 5m with -quick)")
@@ -268,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		baseEdgePprofArgs = pprofFlags(string(help))
 	}
 
-	po := proxiedOpts{edgeBin: bins["edge"], edgePprof: edgePprof, cpuPprof: o.pprof, perf: o.perf}
+	po := proxiedOpts{edgeBin: bins["edge"], baseBin: bins[baseEdge], edgePprof: edgePprof, cpuPprof: o.pprof, perf: o.perf}
 	if slices.ContainsFunc(phases, func(p phase) bool { return p.proxied && p.peer == "nginx" }) {
 		if po.nginxBin, po.nginxErr = findNginx(o.nginx); po.nginxErr != nil {
 			logf("WARNING: %v: P1 runs without it", po.nginxErr)
@@ -508,7 +508,8 @@ func serversOf(phases []phase, peers []string) []string {
 	var out []string
 	for _, name := range peers {
 		if slices.ContainsFunc(phases, func(p phase) bool {
-			return p.peer == name && !p.proxied && !p.cluster || name == "edge" && (p.proxied || p.cluster)
+			return p.peer == name && !p.proxied && !p.cluster || name == "edge" && (p.proxied || p.cluster) ||
+				name == baseEdge && p.proxied && p.peer == baseEdge
 		}) {
 			out = append(out, name)
 		}

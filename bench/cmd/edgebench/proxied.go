@@ -38,6 +38,7 @@ const upstreamGate = "p1-hold"
 // proxiedOpts are what runProxied needs beyond phaseOpts.
 type proxiedOpts struct {
 	edgeBin   string
+	baseBin   string // edge-base, the proxy of P1's edge-base phases (-base-src)
 	nginxBin  string // "" when nginx is missing
 	nginxErr  error  // why
 	edgePprof bool   // this edge serves --pprof-listen
@@ -83,7 +84,7 @@ func runProxied(ctx context.Context, p phase, po proxiedOpts, pin pinning, out s
 	target := up.addr
 	var px *server
 	switch p.peer {
-	case "edge":
+	case "edge", baseEdge:
 		args := []string{"--upstream", "up=tcp://" + up.ndjson}
 		if p.holdPerConn > 0 {
 			// edge/stats takes a task slot too (CONTRACT.md section 3):
@@ -91,8 +92,14 @@ func runProxied(ctx context.Context, p phase, po proxiedOpts, pin pinning, out s
 			args = append(args, "--max-conn-tasks", strconv.Itoa(p.holdPerConn+1))
 		}
 		args = append(args, opts.edgeArgs...)
-		px, err = startServer(pctx, serverSpec{peer: "edge", bin: po.edgeBin, logPath: logPath(""), pin: pin,
-			pprof: po.edgePprof && (po.cpuPprof || p.holdCalls > 0), extra: args})
+		bin, pprof := po.edgeBin, po.edgePprof && (po.cpuPprof || p.holdCalls > 0)
+		if p.peer == baseEdge {
+			// The upstream stays this edge, so that the two proxies are
+			// measured in front of the same server.
+			bin, pprof = po.baseBin, false
+		}
+		px, err = startServer(pctx, serverSpec{peer: "edge", bin: bin, logPath: logPath(""), pin: pin,
+			pprof: pprof, extra: args})
 	case "nginx":
 		px, err = startNginx(pctx, po.nginxBin, up.addr, logPath(""), pin)
 		if err == nil {

@@ -329,6 +329,9 @@ func (m matrix) phases(workloads, peers []string) []phase {
 		for _, v := range m.p1 {
 			for _, x := range m.p1Proxies {
 				ps = append(ps, m.p1Phase(v, x))
+				if x == "edge" && slices.Contains(peers, baseEdge) {
+					ps = append(ps, m.p1Phase(v, baseEdge)) // -base-src: right after edge
+				}
 			}
 		}
 		if m.p1HoldConns > 0 && slices.Contains(m.p1Proxies, "edge") {
