@@ -18,10 +18,10 @@ type ResultSink interface {
 
 // sendResult answers id with result: through the sink's SendResult where
 // nothing else has to see the message (no batch collecting it, no
-// subscriptions whose budget it counts against), else encoded in s.buf and
-// sent.
+// subscriptions whose budget it counts against, no deferred events that
+// must be written before it), else encoded in s.buf and sent.
 func (s *Session) sendResult(id, result []byte) {
-	if rs, ok := s.sink.(ResultSink); ok && s.collect == nil && s.budget == nil {
+	if rs, ok := s.sink.(ResultSink); ok && s.collect == nil && s.budget == nil && len(s.ready) == 0 {
 		rs.SendResult(id, result)
 		return
 	}
