@@ -197,7 +197,7 @@ func TestEthSubscribeUpstreamLost(t *testing.T) {
 }
 
 // TestEthSubscribeSlowConsumer: a client that does not read while the node
-// pushes 1 KiB heads: once its socket, the soft cap and the 16-event
+// pushes 1 KiB heads: once its socket, the soft cap and the 128-event
 // subscription buffer are full, the subscription ends SLOW_CONSUMER. The
 // node gets eth_unsubscribe with its id; the client, once it reads, gets
 // its heads in order, then eth_subscription with the error "Slow consumer",
@@ -207,7 +207,14 @@ func TestEthSubscribeSlowConsumer(t *testing.T) {
 	p := startEthProxy(t, node, 1, func(c *gwConfig) {
 		c.loop.OutboundSoftBytes = bpSoftCap
 		c.loop.OutboundHardBytes = bpHardCap
-		c.rpc.SubscriptionBuffer = 16
+		// More events than one read of the upstream's socket carries
+		// (gnet reads at most ReadBufferBytes, 64 KiB: 63 heads of 1 KiB):
+		// the node pushes as fast as it can, and with 16 one read's burst
+		// overflowed the buffer before the loop drained any of it, ending
+		// the subscription with none delivered to a consumer that was not
+		// slow yet (1 run in 20 on 26fd29b; 7 in 20 once events were
+		// framed at the write and the conn slimmed).
+		c.rpc.SubscriptionBuffer = 128
 	})
 	hs := httptest.NewServer(metrics.New(p.srv, p.rpc, p.set).Handler())
 	t.Cleanup(hs.Close)
