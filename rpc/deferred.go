@@ -65,16 +65,7 @@ func (s *Session) SendEvents() {
 		if s.closed {
 			continue
 		}
-		if remaining > 0 {
-			if !sub.blocked {
-				sub.blocked = true
-				s.blocked = append(s.blocked, sub)
-			}
-			continue
-		}
-		if sub.producerDone {
-			s.endSubscription(sub, producerReason(sub.task.err))
-		}
+		s.settle(sub, remaining)
 	}
 	if s.ready == nil && !s.closed {
 		s.ready = ready[:0]

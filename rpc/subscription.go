@@ -425,6 +425,13 @@ func (s *Session) drainEvents(sub *subscription) {
 		st.signalRoom()
 		st.budget.wake()
 	}
+	s.settle(sub, remaining)
+}
+
+// settle follows a delivery to sub: with remaining events held back it
+// waits for Resume (blocked), and with none left and its producer done it
+// ends. Must be called on the loop.
+func (s *Session) settle(sub *subscription, remaining int) {
 	if remaining > 0 {
 		if !sub.blocked {
 			sub.blocked = true
