@@ -70,10 +70,10 @@ func (t *Task) FinishOnLoop(result []byte, err error) {
 		t.Finish(result, err)
 		return
 	}
-	srv := t.sess.srv
+	s := t.sess
 	t.result, t.err = result, err
-	t.sess.Complete(t) // frees t: result is not kept
-	srv.settled(1)
+	s.Complete(t) // frees t: result is not kept
+	s.settled(1)
 }
 
 // abort cancels the task's work: its context, and for a forwarded call the

@@ -180,16 +180,24 @@ func (srv *Server) admit() bool {
 	if testHookAdmit != nil {
 		testHookAdmit()
 	}
+	return srv.admitN(1)
+}
+
+// admitN is admit for n requests at once: a Turn's credit.
+func (srv *Server) admitN(n int64) bool {
 	for {
 		v := srv.owing.Load()
 		if v&drainBit != 0 {
 			return false
 		}
-		if srv.owing.CompareAndSwap(v, v+1) {
+		if srv.owing.CompareAndSwap(v, v+n) {
 			return true
 		}
 	}
 }
+
+// draining reports whether Drain has run: one load, for a Turn's credit.
+func (srv *Server) draining() bool { return srv.owing.Load()&drainBit != 0 }
 
 // settled releases n requests counted by admit. Safe for concurrent use.
 func (srv *Server) settled(n int) { srv.owing.Add(-int64(n)) }

@@ -238,14 +238,32 @@ func (s *Session) request(env *codec.Envelope, tracked bool) {
 	// From here the request owes an answer: admission and the drain flag are
 	// one atomic step (Server.admit), so graceful shutdown either sees it as
 	// owing or it was refused.
-	if !s.srv.admit() {
+	if !s.admit() {
 		s.refuse(env, env.ID, errShuttingDown)
 		return
 	}
 	if err := s.route(env, key, tracked); err != nil {
-		s.srv.settled(1)
+		s.settled(1)
 		s.refuse(env, env.ID, err)
 	}
+}
+
+// admit is Server.admit, from the loop's Turn when the session has one.
+func (s *Session) admit() bool {
+	if s.turn != nil {
+		return s.turn.admit()
+	}
+	return s.srv.admit()
+}
+
+// settled is Server.settled for requests settled on the loop: into the
+// loop's Turn when the session has one.
+func (s *Session) settled(n int) {
+	if s.turn != nil {
+		s.turn.settle(n)
+		return
+	}
+	s.srv.settled(n)
 }
 
 // refuse answers a request that is not dispatched with err (to id; nil:
@@ -306,7 +324,7 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		default:
 			s.stats(env.ID)
 		}
-		s.srv.settled(1)
+		s.settled(1)
 		mc := &s.ctr.Methods[m.countSlot()]
 		mc.Outcomes[OutcomeOK]++
 		mc.Duration.Observe(0)

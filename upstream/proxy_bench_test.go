@@ -23,10 +23,18 @@ func (benchLoops) NumLoops() int { return 1 }
 type benchLoop struct {
 	loops Loops
 	ctr   *rpc.Counters
+	turn  *rpc.Turn
 	queue []rpc.Completion
 }
 
 func (p *benchLoop) Counters() *rpc.Counters { return p.ctr }
+
+// Turn implements rpc.TurnPoster, as the gateway's loops do: the bench
+// flushes it at the end of each of its turns (endTurn).
+func (p *benchLoop) Turn() *rpc.Turn { return p.turn }
+
+// endTurn ends a turn as the loop's flush does (loop/eventloop.go).
+func (p *benchLoop) endTurn() { p.turn.Flush() }
 
 func (p *benchLoop) Post(c rpc.Completion) { p.queue = append(p.queue, c) }
 func (p *benchLoop) Home() (any, int)      { return p.loops, 0 }
@@ -94,7 +102,7 @@ func newLoopProxy(tb testing.TB, frame func(dst, msg []byte) []byte, cfg Config)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	post := &benchLoop{loops: loops, ctr: srv.NewCounters()}
+	post := &benchLoop{loops: loops, ctr: srv.NewCounters(), turn: srv.NewTurn()}
 	sink := &frameSink{}
 	return &loopProxy{u: u, l: l, s: srv.NewSession(rpc.WebSocket, sink, post), post: post, sink: sink}
 }
@@ -123,6 +131,7 @@ func BenchmarkProxyPipelined(b *testing.B) {
 		for _, m := range msgs {
 			s.HandleMessage(m)
 		}
+		post.endTurn()
 		if out := l.Output(); len(out) == 0 {
 			b.Fatal("nothing forwarded")
 		}
@@ -136,6 +145,7 @@ func BenchmarkProxyPipelined(b *testing.B) {
 			b.Fatalf("Traffic took %d of %d bytes: %v", n, len(answers), err)
 		}
 		post.apply()
+		post.endTurn()
 		sink.out = sink.out[:0]
 	}
 	b.StopTimer()
