@@ -521,7 +521,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		l.subCancelLocked(e, to != callEnded)
 	}
 	if from.inFlight() && !to.inFlight() {
-		l.inflight.Add(-1)
+		l.count(-1)
 		if now == 0 {
 			now = l.clock()
 		}

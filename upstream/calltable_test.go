@@ -95,8 +95,8 @@ func TestCallTransitions(t *testing.T) {
 					t.Fatalf("the call finished %d times, want once", len(c.errs))
 				case ok && from.holdsCall() == to.holdsCall() && len(c.errs) != 0:
 					t.Fatalf("the call finished %d times, want not at all", len(c.errs))
-				case ok && l.inflight.Load() != map[bool]int64{true: 1}[to.inFlight()]:
-					t.Fatalf("%d in flight after the transition", l.inflight.Load())
+				case ok && l.inFlightHere() != map[bool]int64{true: 1}[to.inFlight()]:
+					t.Fatalf("%d in flight after the transition", l.inFlightHere())
 				case !ok && got == nil:
 					t.Fatalf("illegal transition accepted (state now %s)", e.state)
 				case !ok:

@@ -313,6 +313,9 @@ func (l *link) Output() []byte {
 	if cap(out) > 1<<20 {
 		l.out = nil // a burst's buffer is not kept
 	}
+	if l.nats == nil {
+		l.publish()
+	}
 	l.unlock()
 	return out
 }
@@ -329,6 +332,7 @@ func (l *link) Traffic(in []byte, now int64) (n int, err error) {
 	}
 	l.now = 0
 	l.tally.flush(&l.up.counters)
+	l.publish()
 	return n, err
 }
 

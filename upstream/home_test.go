@@ -50,6 +50,10 @@ func TestForwardStaysOnItsLoop(t *testing.T) {
 		t.Fatalf("calls from loop 1: %d posted, %d on loop 1's link, %d on loop 0's; want 0, 3, 0",
 			loops.runs, l1.calls.len(), l0.calls.len())
 	}
+	l1.Output() // loop 1's turn ends: its link's count is published
+	if n := l1.inflight.Load(); n != 3 {
+		t.Fatalf("other loops see %d calls in flight on loop 1's link after its turn, want 3", n)
+	}
 	tk := u.Forward(&recCall{method: "m"}, (&countLoops{}).at(1)) // another gateway's loop 1
 	if loops.runs != 1 || l0.calls.len() != 1 {
 		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, l0.calls.len())

@@ -510,8 +510,10 @@ func (u *Upstream) pick(home int) *link {
 
 // least returns the connected link of links with the fewest calls in
 // flight, starting the scan at a rotating offset so that ties spread, or
-// nil. turn is the rotation of the calling loop's own links (placement.turns),
-// nil for the upstream's shared one.
+// nil. turn is the rotation of the calling loop's own links
+// (placement.turns), whose counts it reads exactly (inFlightHere); nil for
+// the upstream's shared one, whose counts of other loops' links may lag
+// by a turn (link.inflight).
 func (u *Upstream) least(links []*link, turn *uint32) *link {
 	var best *link
 	var least int64
@@ -535,7 +537,13 @@ func (u *Upstream) least(links []*link, turn *uint32) *link {
 		if !l.isUp() {
 			continue
 		}
-		if f := l.inflight.Load(); best == nil || f < least {
+		var f int64
+		if turn != nil {
+			f = l.inFlightHere()
+		} else {
+			f = l.inflight.Load()
+		}
+		if best == nil || f < least {
 			best, least = l, f
 		}
 	}
