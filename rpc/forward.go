@@ -28,6 +28,20 @@ func (t *Task) Params() []byte {
 	return t.params
 }
 
+var _ backend.LentCall = (*Task)(nil)
+
+// Keep implements backend.LentCall: params lent by dispatch (the client's
+// message) are copied after the id. Must be called on the loop, during
+// Forward.
+func (t *Task) Keep() {
+	if !t.lent {
+		return
+	}
+	n := len(t.id)
+	t.buf = append(t.buf[:n], t.params...)
+	t.id, t.params, t.lent = t.buf[:n:n], t.buf[n:], false
+}
+
 // Stream implements backend.Call.
 func (t *Task) Stream() backend.Stream {
 	if t.sub == nil {

@@ -90,6 +90,7 @@ type Session struct {
 	lastMethod *Method           // loop-owned: the method of the last admitted request
 	lastNB     bool              // loop-owned: lastMethod is non-blocking (Server.nonBlocking)
 	lastFwd    backend.Forwarder // loop-owned: lastMethod's forwarder (Server.forward)
+	lastLend   bool              // loop-owned: lastFwd is a backend.Borrower
 	free       []*Task           // loop-owned: unary tasks ready for reuse, see newTask
 	freeBytes  int               // loop-owned: buffer bytes the tasks in free keep
 
@@ -292,6 +293,7 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 			m = s.srv.cfg.Registry.Lookup(name)
 			if m != nil {
 				s.lastMethod, s.lastNB, s.lastFwd = m, s.srv.nonBlocking[m], s.srv.forward[m]
+				_, s.lastLend = s.lastFwd.(backend.Borrower)
 			}
 		}
 		if m != nil {
@@ -353,9 +355,17 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backen
 		t.batch = b
 		b.owed++
 	}
-	t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
+	// The params of a call forwarded to a Borrower are lent to it, not
+	// copied: a byte-stream link on this loop writes them out at once.
+	lend := fwd != nil && fwd == s.lastFwd && s.lastLend
 	n := len(env.ID)
-	t.id, t.params = t.buf[:n:n], t.buf[n:]
+	if lend {
+		t.buf = append(t.buf[:0], env.ID...)
+		t.id, t.params, t.lent = t.buf[:n:n], env.Params, true
+	} else {
+		t.buf = append(append(t.buf[:0], env.ID...), env.Params...)
+		t.id, t.params = t.buf[:n:n], t.buf[n:]
+	}
 	if key.tracked() {
 		t.key = own(key, s.key)
 		s.inflight.put(t.key, t)
@@ -366,6 +376,9 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backen
 	s.active.push(t)
 	if fwd != nil {
 		t.ticket = fwd.Forward(t, t.origin())
+		if t.lent {
+			t.params, t.lent = nil, false // the client's message is not kept
+		}
 		return
 	}
 	if s.turn != nil {

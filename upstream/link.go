@@ -190,6 +190,9 @@ func (l *link) forwardOn(c backend.Call, admitted int64, here bool) backend.Tick
 // cancel follows it the same way (remote). Nothing of the link is touched
 // here but its id counter.
 func (l *link) forwardFrom(c backend.Call, admitted int64) backend.Ticket {
+	if lc, ok := c.(backend.LentCall); ok {
+		lc.Keep() // the link's loop reads the params later
+	}
 	id := l.nextID.Add(1)
 	// Counted in flight from now, so that the calls picked before the loop
 	// runs this one spread over the links as the others do.

@@ -486,6 +486,12 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	return backend.Ticket{}
 }
 
+// BorrowsParams implements backend.Borrower: every path of Forward
+// writes the call out before it returns (a link's output, a NATS message,
+// an http request's body), but forwardFrom, which keeps the params for the
+// link's loop (LentCall.Keep).
+func (u *Upstream) BorrowsParams() {}
+
 // home returns the number of the event loop a call from o runs on, if it
 // is one of the upstream's Loops, else -1.
 func (u *Upstream) home(o backend.Origin) int {
