@@ -27,7 +27,7 @@ func entryOf(l *link, from callState, ns string) (*entry, *recCall) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.calls.add(l.nextID.Add(1), c, st, time.Now().UnixNano(), time.Now().Add(time.Minute).UnixNano())
+	e := l.calls.add(l.newID(), c, st, time.Now().UnixNano(), time.Now().Add(time.Minute).UnixNano())
 	e.upSub = "u1"
 	if ns != "" {
 		e.upSub, _ = plainKey([]byte(`"u1"`), ns)

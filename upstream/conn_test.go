@@ -138,7 +138,7 @@ func TestReadLinesLimits(t *testing.T) {
 		l.rd = reading{}
 		l.forward(c, 0)
 		l.forward(c2, 0)
-		id := l.nextID.Load()
+		id := l.lastID
 		in := strings.ReplaceAll(in, `"id":1`, fmt.Sprintf(`"id":%d`, id-1))
 		in = strings.ReplaceAll(in, `"id":2`, fmt.Sprintf(`"id":%d`, id))
 		rest, err := feed(l, []byte(in), chunk)
