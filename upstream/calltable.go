@@ -185,7 +185,7 @@ type callTable struct {
 	// remote holds the entries of calls from other loops by their remote
 	// number (link.forwardFrom), which their tickets carry; lazily made.
 	remote map[uint64]*entry
-	free      []*entry // ended entries kept for reuse (at most maxFree)
+	free   []*entry // ended entries kept for reuse (at most maxFree)
 }
 
 // maxFree bounds the entries a table keeps for reuse after a burst.
