@@ -359,7 +359,7 @@ func (l *link) readLines(in []byte, max int) (int, error) {
 		switch kind {
 		case codec.LineOK:
 			switch {
-			case len(bytes.TrimSpace(line)) == 0:
+			case blank(line):
 			case l.rd.probing:
 				if err := l.probed(line); err != nil {
 					return n, err
@@ -375,6 +375,15 @@ func (l *link) readLines(in []byte, max int) (int, error) {
 			}
 		}
 	}
+}
+
+// blank reports whether line is only whitespace: at a glance for the lines
+// that start with a message.
+func blank(line []byte) bool {
+	if len(line) > 0 && line[0] > ' ' {
+		return false
+	}
+	return len(bytes.TrimSpace(line)) == 0
 }
 
 // errUpstreamClosedWS ends a WebSocket link whose upstream sent a close.

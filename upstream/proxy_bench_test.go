@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -143,7 +144,7 @@ func BenchmarkProxyPipelined(b *testing.B) {
 		answers = answers[:0]
 		for range window {
 			next++
-			answers = codec.AppendUint(append(answers, `{"jsonrpc":"2.0","id":`...), next)
+			answers = strconv.AppendUint(append(answers, `{"jsonrpc":"2.0","id":`...), next, 10)
 			answers = append(answers, `,"result":{"p":"0123456789ab"}}`+"\n"...)
 		}
 		if n, err := l.Traffic(answers, nowNanos()); n != len(answers) || err != nil {
