@@ -160,7 +160,9 @@ type Server struct {
 	// admitted requests that still owe an answer: unary calls running and
 	// subscriptions establishing. One word, so that admitting a request and
 	// starting to drain are each one atomic step and cannot interleave (see
-	// admit).
+	// admit). A loop's Turn takes admissions a block at a time and gives
+	// back what its turn did not use at Flush (Turn.admit): while a turn
+	// runs, owing may count up to a block more than is owed.
 	owing atomic.Int64
 	tasks sync.Pool // free unary *Task, see newTask
 }
