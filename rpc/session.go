@@ -289,6 +289,7 @@ func (s *Session) refuse(env *codec.Envelope, id []byte, err error) {
 func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 	var m *Method
 	var fwd backend.Forwarder
+	lend := false // fwd is a backend.Borrower
 	if name := env.MethodName(s.name); name != nil {
 		// Clients tend to call the same method again: one comparison
 		// instead of map lookups.
@@ -300,7 +301,7 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 			}
 		}
 		if m != nil {
-			fwd = s.lastFwd
+			fwd, lend = s.lastFwd, s.lastLend
 			if m.Kind == Subscription && s.srv.unaryTwin != nil && s.srv.unaryTwin[m] != nil {
 				m = s.srv.unaryTwin[m] // jsonrpc: an http upstream answers it itself (plain.go)
 			}
@@ -336,20 +337,21 @@ func (s *Session) route(env *codec.Envelope, key idKey, tracked bool) error {
 		return nil
 	}
 	if fwd != nil {
-		s.dispatch(env, m, key, fwd)
+		s.dispatch(env, m, key, fwd, lend)
 		return nil
 	}
 	if !s.srv.cfg.Pool.TryAcquire() {
 		return errBusy
 	}
-	s.dispatch(env, m, key, nil)
+	s.dispatch(env, m, key, nil, false)
 	return nil
 }
 
 // dispatch hands an admitted request to a worker, or to fwd when the method
 // is forwarded. For a worker the caller holds a global slot; the task takes a
-// connection slot and, if tracked (key from idTable.find), its id.
-func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backend.Forwarder) {
+// connection slot and, if tracked (key from idTable.find), its id. lend: fwd
+// is a backend.Borrower, lent the params.
+func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backend.Forwarder, lend bool) {
 	s.gen++
 	t := s.newTask()
 	t.sess, t.gen, t.method, t.start = s, s.gen, m, s.ctr.Now
@@ -358,9 +360,8 @@ func (s *Session) dispatch(env *codec.Envelope, m *Method, key idKey, fwd backen
 		t.batch = b
 		b.owed++
 	}
-	// The params of a call forwarded to a Borrower are lent to it, not
-	// copied: a byte-stream link on this loop writes them out at once.
-	lend := fwd != nil && fwd == s.lastFwd && s.lastLend
+	// The params of a call forwarded to a Borrower (lend) are lent to it,
+	// not copied: a byte-stream link on this loop writes them out at once.
 	n := len(env.ID)
 	if lend {
 		t.buf = append(t.buf[:0], env.ID...)
