@@ -276,7 +276,7 @@ type reading struct {
 
 // Open implements Wire: the link takes calls.
 func (l *link) Open(c WireConn) {
-	l.wc = c
+	l.wc, l.dirty = c, false
 	l.rd = reading{}
 	if l.probes {
 		l.startProbe() // open once it is answered
@@ -293,7 +293,7 @@ func (l *link) Closed(error) {
 		l.setWhy(whyClosed)
 	}
 	l.fail()
-	l.wc = nil
+	l.wc, l.dirty = nil, false
 	l.rd = reading{}
 	select {
 	case l.gone <- struct{}{}:
@@ -305,6 +305,7 @@ func (l *link) Closed(error) {
 // link appends to it again.
 func (l *link) Output() []byte {
 	l.lock()
+	l.dirty = false
 	out := l.out
 	if l.wc != nil {
 		l.notePeak(len(out) + l.wc.Buffered())

@@ -106,6 +106,9 @@ type link struct {
 	// over is set when output the upstream is owed (owedLocked) took the
 	// backlog over Config.MaxPendingBytes: signal closes the connection.
 	over bool
+	// dirty is set once signal has told wc of output, until the loop takes
+	// it (Output): the calls after the first of a turn skip the call.
+	dirty bool
 	// stallSince is when the backlog was last seen to shrink (or to
 	// start), lastPending the backlog then; 0 while there is none
 	// (stalled).
@@ -126,12 +129,16 @@ func (l *link) lock() {
 	}
 }
 
-// unlock releases what lock took.
+// unlock releases what lock took. Inlined, as lock is: the Unlock is a
+// call of its own.
 func (l *link) unlock() {
 	if l.nats != nil {
-		l.mu.Unlock()
+		l.unlockNATS()
 	}
 }
+
+//go:noinline
+func (l *link) unlockNATS() { l.mu.Unlock() }
 
 func newLink(up *Upstream, desc string, frame func(dst, msg []byte) []byte, cancels bool) *link {
 	return &link{up: up, desc: desc, frame: frame, cancels: cancels, home: -1,
@@ -157,7 +164,8 @@ func (l *link) signal() {
 			l.overflow(closeOverPending)
 		case len(l.out) >= writeAt:
 			l.wc.Write(l.Output())
-		default:
+		case !l.dirty:
+			l.dirty = true
 			l.wc.Dirty()
 		}
 		return
