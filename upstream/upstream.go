@@ -467,7 +467,7 @@ func (u *Upstream) Close() {
 // connected it is answered UPSTREAM_UNAVAILABLE at once (nothing queues).
 // Loop: runs on an event loop; never waits for I/O.
 func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
-	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
+	if len(u.links) > 0 && (len(u.http) == 0 || c.Stream() != nil || u.next.Add(1)%2 == 0) {
 		home := u.home(o)
 		if l := u.pick(home); l != nil {
 			switch {
