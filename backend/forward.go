@@ -71,6 +71,27 @@ type LoopCall interface {
 	FinishOnLoop(result []byte, err error)
 }
 
+// Borrower is implemented by a Forwarder that may be lent a call's params:
+// the gateway then does not copy them before Forward, and Params returns the
+// client's message itself, valid only until Forward returns. A Borrower
+// that writes the call out at once (to a connection on the call's own loop)
+// saves that copy; one that reads Params later (from another goroutine, in
+// a later turn) calls the call's Keep (LentCall) first, during Forward.
+type Borrower interface {
+	Forwarder
+	// BorrowsParams marks the Forwarder as a Borrower; it does nothing.
+	BorrowsParams()
+}
+
+// LentCall is a Call whose params a Borrower was lent (see Borrower).
+type LentCall interface {
+	Call
+	// Keep makes Params the call's own copy, valid until Finish. It must
+	// be called during Forward, on Forward's goroutine; a call whose
+	// params are its own already ignores it.
+	Keep()
+}
+
 // Canceller is what a Ticket reaches: the forwarder side of calls.
 type Canceller interface {
 	// Cancel tells the forwarder that the gateway no longer wants the

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -82,5 +83,28 @@ func TestAppendRequest(t *testing.T) {
 	}
 	if got := AppendRequest(nil, 1, "m", nil); string(got) != `{"jsonrpc":"2.0","id":1,"method":"m"}` {
 		t.Fatalf("without params: %s", got)
+	}
+}
+
+// TestAppendUintMatchesStrconv: AppendUint writes its digits in place,
+// after what dst holds, with or without room for them.
+func TestAppendUintMatchesStrconv(t *testing.T) {
+	var ns []uint64
+	for p := uint64(1); p != 0 && p <= 1e19; p *= 10 {
+		ns = append(ns, p-1, p, p+1)
+		if p == 1e19 {
+			break
+		}
+	}
+	ns = append(ns, 0, 18446744073709551615, 123456789)
+	for _, n := range ns {
+		want := strconv.AppendUint([]byte("id:"), n, 10)
+		if got := AppendUint([]byte("id:"), n); string(got) != string(want) {
+			t.Errorf("AppendUint(%d) without room = %q, want %q", n, got, want)
+		}
+		roomy := append(make([]byte, 0, 64), "id:"...)
+		if got := AppendUint(roomy, n); string(got) != string(want) {
+			t.Errorf("AppendUint(%d) with room = %q, want %q", n, got, want)
+		}
 	}
 }

@@ -12,11 +12,21 @@ import "github.com/openengine/edge/backend"
 // offers it to its sessions as a TurnPoster. Its methods must be called on
 // that loop, and the loop must call Flush before it blocks: every gathered
 // call holds a global slot. Everything a Turn holds is loop-owned.
+//
+// A Turn also admits its loop's requests (Server.owing) in blocks of
+// creditBlock: one atomic step per block and one at Flush instead of two
+// per request, which cost 5% of the proxied path (BenchmarkProxyPipelined).
 type Turn struct {
-	pool  *backend.Pool // immutable
-	jobs  []backend.Job // gathered since the last Flush
-	open  *batch        // being filled, or nil
-	spare []*batch      // applied batches kept for reuse
+	pool *backend.Pool // immutable
+	srv  *Server       // immutable
+	// credit is the admissions counted in srv.owing that no request of
+	// this turn uses: taken ahead by admit, given back by the requests
+	// settled on the loop (settle), returned to srv.owing by Flush. A
+	// drain therefore waits at most until the end of the turn for it.
+	credit int64
+	jobs   []backend.Job // gathered since the last Flush
+	open   *batch        // being filled, or nil
+	spare  []*batch      // applied batches kept for reuse
 }
 
 // maxBatch bounds the calls of one batch: a turn that admits more makes
@@ -28,7 +38,33 @@ const maxBatch = 64
 const maxSpareBatches = 16
 
 // NewTurn returns an empty Turn for one event loop. Safe for concurrent use.
-func (srv *Server) NewTurn() *Turn { return &Turn{pool: srv.cfg.Pool} }
+func (srv *Server) NewTurn() *Turn { return &Turn{pool: srv.cfg.Pool, srv: srv} }
+
+// creditBlock is how many admissions a Turn takes from Server.owing at once:
+// a pipelining client's window.
+const creditBlock = 64
+
+// admit is Server.admit from the turn's credit: once the server drains it
+// admits nothing more, also from credit already taken (the credit is
+// counted in owing, so a drain waits for it until Flush returns it).
+func (tn *Turn) admit() bool {
+	if testHookAdmit != nil {
+		testHookAdmit()
+	}
+	if tn.credit > 0 && !tn.srv.draining() {
+		tn.credit--
+		return true
+	}
+	if !tn.srv.admitN(creditBlock) {
+		return false
+	}
+	tn.credit += creditBlock - 1
+	return true
+}
+
+// settle is Server.settled for n requests settled on the loop: they become
+// credit, returned at Flush.
+func (tn *Turn) settle(n int) { tn.credit += int64(n) }
 
 // TurnPoster is implemented by a Poster whose event loop gathers the calls
 // of each turn in a Turn and flushes it at the end of every turn. A session
@@ -69,6 +105,10 @@ func (tn *Turn) add(t *Task) {
 func (tn *Turn) Flush() bool {
 	if tn == nil {
 		return false
+	}
+	if tn.credit != 0 {
+		tn.srv.settled(int(tn.credit))
+		tn.credit = 0
 	}
 	if tn.open != nil {
 		tn.jobs = append(tn.jobs, tn.open)

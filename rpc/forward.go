@@ -28,6 +28,20 @@ func (t *Task) Params() []byte {
 	return t.params
 }
 
+var _ backend.LentCall = (*Task)(nil)
+
+// Keep implements backend.LentCall: params lent by dispatch (the client's
+// message) are copied after the id. Must be called on the loop, during
+// Forward.
+func (t *Task) Keep() {
+	if !t.lent {
+		return
+	}
+	n := len(t.id)
+	t.buf = append(t.buf[:n], t.params...)
+	t.id, t.params, t.lent = t.buf[:n:n], t.buf[n:], false
+}
+
 // Stream implements backend.Call.
 func (t *Task) Stream() backend.Stream {
 	if t.sub == nil {
@@ -70,10 +84,10 @@ func (t *Task) FinishOnLoop(result []byte, err error) {
 		t.Finish(result, err)
 		return
 	}
-	srv := t.sess.srv
+	s := t.sess
 	t.result, t.err = result, err
-	t.sess.Complete(t) // frees t: result is not kept
-	srv.settled(1)
+	s.Complete(t) // frees t: result is not kept
+	s.settled(1)
 }
 
 // abort cancels the task's work: its context, and for a forwarded call the

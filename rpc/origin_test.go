@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"testing"
@@ -73,5 +74,61 @@ func TestForwardOrigin(t *testing.T) {
 	}
 	if o := f.got[1]; o.Loops != nil {
 		t.Fatalf("the call from no loop came with origin %+v, want no Loops", o)
+	}
+}
+
+// lendingForwarder is a backend.Borrower that records, during Forward,
+// whether the params it is given are the client's message itself, and
+// keeps them (LentCall.Keep) when keep is set.
+type lendingForwarder struct {
+	msg   []byte
+	keep  bool
+	lent  []bool
+	calls []backend.Call
+}
+
+func (f *lendingForwarder) BorrowsParams() {}
+
+func (f *lendingForwarder) Forward(c backend.Call, _ backend.Origin) backend.Ticket {
+	p := c.Params()
+	f.lent = append(f.lent, len(p) > 0 && &p[0] == &f.msg[bytes.Index(f.msg, []byte(`{"p"`))])
+	if f.keep {
+		c.(backend.LentCall).Keep()
+	}
+	f.calls = append(f.calls, c)
+	return backend.Ticket{}
+}
+
+// TestParamsLentToBorrower: a forwarded call's params are the client's
+// message itself during Forward when the forwarder is a backend.Borrower
+// (no copy); one that keeps them gets its own copy, which outlives the
+// message's buffer, and the call keeps nothing of the message otherwise.
+// A forwarder that is no Borrower gets a copy (TestPlainSubscription's
+// forwarder reads them after Forward).
+func TestParamsLentToBorrower(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		f := &lendingForwarder{keep: keep}
+		pool := backend.NewPool(4, time.Minute)
+		t.Cleanup(pool.Close)
+		srv, err := NewServer(Config{Handler: backend.NewMemory(), Pool: pool,
+			Forward: func(string) backend.Forwarder { return f },
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := srv.NewSession(WebSocket, &recSink{}, &fakePoster{ch: make(chan Completion, 16)})
+		f.msg = []byte(`{"jsonrpc":"2.0","id":1,"method":"edge/echo","params":{"p":1}}`)
+		s.HandleMessage(f.msg)
+		copy(f.msg, bytes.Repeat([]byte("X"), len(f.msg))) // the read buffer is reused
+		if len(f.lent) != 1 || !f.lent[0] {
+			t.Fatalf("keep %v: params lent %v, want the message itself during Forward", keep, f.lent)
+		}
+		want := ""
+		if keep {
+			want = `{"p":1}`
+		}
+		if got := string(f.calls[0].Params()); got != want {
+			t.Fatalf("keep %v: params after Forward %q, want %q", keep, got, want)
+		}
 	}
 }

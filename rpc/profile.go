@@ -92,7 +92,7 @@ func (s *Session) handleBatch(msg []byte) {
 	codec.EachElement(msg, func(elem []byte) bool {
 		env := codec.Classify(elem, s.transport == WebSocket)
 		if env.Kind != codec.KindInvalid || !s.notification(elem) {
-			s.handle(env)
+			s.handle(&env)
 		}
 		return !s.closed
 	})

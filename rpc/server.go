@@ -160,7 +160,9 @@ type Server struct {
 	// admitted requests that still owe an answer: unary calls running and
 	// subscriptions establishing. One word, so that admitting a request and
 	// starting to drain are each one atomic step and cannot interleave (see
-	// admit).
+	// admit). A loop's Turn takes admissions a block at a time and gives
+	// back what its turn did not use at Flush (Turn.admit): while a turn
+	// runs, owing may count up to a block more than is owed.
 	owing atomic.Int64
 	tasks sync.Pool // free unary *Task, see newTask
 }
@@ -180,16 +182,24 @@ func (srv *Server) admit() bool {
 	if testHookAdmit != nil {
 		testHookAdmit()
 	}
+	return srv.admitN(1)
+}
+
+// admitN is admit for n requests at once: a Turn's credit.
+func (srv *Server) admitN(n int64) bool {
 	for {
 		v := srv.owing.Load()
 		if v&drainBit != 0 {
 			return false
 		}
-		if srv.owing.CompareAndSwap(v, v+1) {
+		if srv.owing.CompareAndSwap(v, v+n) {
 			return true
 		}
 	}
 }
+
+// draining reports whether Drain has run: one load, for a Turn's credit.
+func (srv *Server) draining() bool { return srv.owing.Load()&drainBit != 0 }
 
 // settled releases n requests counted by admit. Safe for concurrent use.
 func (srv *Server) settled(n int) { srv.owing.Add(-int64(n)) }

@@ -17,7 +17,10 @@ type Task struct {
 	id     []byte   // immutable after dispatch: raw id, echoed byte-exact
 	method *Method  // immutable after dispatch
 	start  int64    // immutable after dispatch: Counters.Now at admission
-	params []byte   // immutable after dispatch: owned copy of the params
+	params []byte   // immutable after dispatch: owned copy of the params (but lent)
+	// lent is set while params are the client's message itself, lent to a
+	// backend.Borrower during Forward (dispatch, Keep). Loop-owned.
+	lent bool
 
 	// buf holds id and params; res is the buffer the handler appends its
 	// result to. Both are kept when the task is reused.

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +61,62 @@ func TestTurnGathersUntilFlush(t *testing.T) {
 		t.Fatal("the next turn's batch is not a reused one")
 	}
 	tn.Flush()
+}
+
+// TestTurnAdmitsFromCredit: a loop's sessions admit requests from their
+// Turn's credit, taken from Server.owing a block at a time: while the turn
+// runs, owing counts the credit with the requests (so a drain waits for
+// it), and Flush gives back what no request still owes. Once the server
+// drains, the credit left admits nothing: the next request is refused
+// SERVER_SHUTTING_DOWN, as with a per-request admission.
+func TestTurnAdmitsFromCredit(t *testing.T) {
+	pool := backend.NewPool(64, time.Minute)
+	defer pool.Close()
+	srv, err := NewServer(Config{Handler: backend.NewMemory(), Pool: pool,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := &queuePoster{turn: srv.NewTurn()}
+	sink := &listSink{}
+	s := srv.NewSession(WebSocket, sink, post)
+	tn := post.turn
+
+	// Answered at once (edge/stats): admitted and settled within the turn.
+	for i := range 3 {
+		s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(i) + `,"method":"edge/stats","params":{}}`))
+	}
+	if n := srv.InFlight(); n != creditBlock {
+		t.Fatalf("InFlight %d during the turn, want the block of credit taken (%d)", n, creditBlock)
+	}
+	tn.Flush()
+	if n := srv.InFlight(); n != 0 || tn.credit != 0 {
+		t.Fatalf("after the flush: InFlight %d, credit %d; want 0, 0", n, tn.credit)
+	}
+
+	// A call still running owes its answer after the flush (until it is
+	// cancelled, below).
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":"s","method":"edge/sleep","params":{"ms":60000}}`))
+	tn.Flush()
+	if n := srv.InFlight(); n != 1 {
+		t.Fatalf("InFlight %d with one call running, want 1", n)
+	}
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":"a","method":"edge/stats","params":{}}`)) // takes a block
+	srv.Drain()
+	sink.msgs = nil
+	s.HandleMessage([]byte(`{"jsonrpc":"2.0","id":"b","method":"edge/stats","params":{}}`))
+	if len(sink.msgs) != 1 || !strings.Contains(sink.msgs[0], "SERVER_SHUTTING_DOWN") {
+		t.Fatalf("after Drain with credit left: %q, want SERVER_SHUTTING_DOWN", sink.msgs)
+	}
+	if n := srv.InFlight(); n <= 1 {
+		t.Fatalf("InFlight %d before the flush, want the credit still counted", n)
+	}
+	tn.Flush()
+	if n := srv.InFlight(); n != 1 {
+		t.Fatalf("InFlight %d after the flush, want the running call alone", n)
+	}
+	runPipelined(t, s, post, [][]byte{cancelReq(`"s"`)})
+	if n := srv.InFlight(); n != 0 {
+		t.Fatalf("InFlight %d once the call returned, want 0", n)
+	}
 }

@@ -151,6 +151,9 @@ type entry struct {
 	// (plainKey: the raw JSON id, a NUL and the namespace).
 	upSub  string
 	worker string // NATS: the worker that took the call, once it said so
+	// rid is the remote number of a call from another loop (0: none),
+	// under which callTable.remote files it.
+	rid uint64
 }
 
 // callTable holds a link's entries: by upstream id, by upstream
@@ -179,7 +182,10 @@ type callTable struct {
 	// lingering is the entries expired, orphaned or unsubscribing
 	// (callState.lingers): at most maxExpired.
 	lingering int
-	free      []*entry // ended entries kept for reuse (at most maxFree)
+	// remote holds the entries of calls from other loops by their remote
+	// number (link.forwardFrom), which their tickets carry; lazily made.
+	remote map[uint64]*entry
+	free   []*entry // ended entries kept for reuse (at most maxFree)
 }
 
 // maxFree bounds the entries a table keeps for reuse after a burst.
@@ -315,7 +321,9 @@ func (t *callTable) add(id uint64, c backend.Call, st backend.Stream, sent, dead
 	} else {
 		e = new(entry)
 	}
-	*e = entry{id: id, state: callSent, c: c, stream: st, sent: sent}
+	// e is zero but for its state (remove, new): only what differs is
+	// written.
+	e.id, e.state, e.c, e.stream, e.sent = id, callSent, c, st, sent
 	if st != nil {
 		e.state = callEstablishing
 	}
@@ -383,10 +391,22 @@ func (t *callTable) rekey(e *entry, id uint64) {
 	t.put(e)
 }
 
+// fileRemote files e under rid, its call's remote number.
+func (t *callTable) fileRemote(e *entry, rid uint64) {
+	if t.remote == nil {
+		t.remote = make(map[uint64]*entry)
+	}
+	e.rid = rid
+	t.remote[rid] = e
+}
+
 // remove deletes e from every index and keeps it for reuse.
 func (t *callTable) remove(e *entry) {
 	t.unlink(e)
 	t.del(e)
+	if e.rid != 0 {
+		delete(t.remote, e.rid)
+	}
 	if e.upSub != "" && t.subs[e.upSub] == e {
 		delete(t.subs, e.upSub)
 	}
@@ -521,7 +541,7 @@ func (l *link) moveAtLocked(e *entry, to callState, why cause, result []byte, er
 		l.subCancelLocked(e, to != callEnded)
 	}
 	if from.inFlight() && !to.inFlight() {
-		l.inflight.Add(-1)
+		l.count(-1)
 		if now == 0 {
 			now = l.clock()
 		}

@@ -27,7 +27,7 @@ func entryOf(l *link, from callState, ns string) (*entry, *recCall) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.calls.add(l.nextID.Add(1), c, st, time.Now().UnixNano(), time.Now().Add(time.Minute).UnixNano())
+	e := l.calls.add(l.newID(), c, st, time.Now().UnixNano(), time.Now().Add(time.Minute).UnixNano())
 	e.upSub = "u1"
 	if ns != "" {
 		e.upSub, _ = plainKey([]byte(`"u1"`), ns)
@@ -95,8 +95,8 @@ func TestCallTransitions(t *testing.T) {
 					t.Fatalf("the call finished %d times, want once", len(c.errs))
 				case ok && from.holdsCall() == to.holdsCall() && len(c.errs) != 0:
 					t.Fatalf("the call finished %d times, want not at all", len(c.errs))
-				case ok && l.inflight.Load() != map[bool]int64{true: 1}[to.inFlight()]:
-					t.Fatalf("%d in flight after the transition", l.inflight.Load())
+				case ok && l.inFlightHere() != map[bool]int64{true: 1}[to.inFlight()]:
+					t.Fatalf("%d in flight after the transition", l.inFlightHere())
 				case !ok && got == nil:
 					t.Fatalf("illegal transition accepted (state now %s)", e.state)
 				case !ok:

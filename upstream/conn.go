@@ -276,7 +276,7 @@ type reading struct {
 
 // Open implements Wire: the link takes calls.
 func (l *link) Open(c WireConn) {
-	l.wc = c
+	l.wc, l.dirty = c, false
 	l.rd = reading{}
 	if l.probes {
 		l.startProbe() // open once it is answered
@@ -293,7 +293,7 @@ func (l *link) Closed(error) {
 		l.setWhy(whyClosed)
 	}
 	l.fail()
-	l.wc = nil
+	l.wc, l.dirty = nil, false
 	l.rd = reading{}
 	select {
 	case l.gone <- struct{}{}:
@@ -305,6 +305,7 @@ func (l *link) Closed(error) {
 // link appends to it again.
 func (l *link) Output() []byte {
 	l.lock()
+	l.dirty = false
 	out := l.out
 	if l.wc != nil {
 		l.notePeak(len(out) + l.wc.Buffered())
@@ -312,6 +313,9 @@ func (l *link) Output() []byte {
 	l.out = out[:0]
 	if cap(out) > 1<<20 {
 		l.out = nil // a burst's buffer is not kept
+	}
+	if l.nats == nil {
+		l.publish()
 	}
 	l.unlock()
 	return out
@@ -329,6 +333,7 @@ func (l *link) Traffic(in []byte, now int64) (n int, err error) {
 	}
 	l.now = 0
 	l.tally.flush(&l.up.counters)
+	l.publish()
 	return n, err
 }
 
@@ -355,7 +360,7 @@ func (l *link) readLines(in []byte, max int) (int, error) {
 		switch kind {
 		case codec.LineOK:
 			switch {
-			case len(bytes.TrimSpace(line)) == 0:
+			case blank(line):
 			case l.rd.probing:
 				if err := l.probed(line); err != nil {
 					return n, err
@@ -371,6 +376,15 @@ func (l *link) readLines(in []byte, max int) (int, error) {
 			}
 		}
 	}
+}
+
+// blank reports whether line is only whitespace: at a glance for the lines
+// that start with a message.
+func blank(line []byte) bool {
+	if len(line) > 0 && line[0] > ' ' {
+		return false
+	}
+	return len(bytes.TrimSpace(line)) == 0
 }
 
 // errUpstreamClosedWS ends a WebSocket link whose upstream sent a close.

@@ -138,7 +138,7 @@ func TestReadLinesLimits(t *testing.T) {
 		l.rd = reading{}
 		l.forward(c, 0)
 		l.forward(c2, 0)
-		id := l.nextID.Load()
+		id := l.lastID
 		in := strings.ReplaceAll(in, `"id":1`, fmt.Sprintf(`"id":%d`, id-1))
 		in = strings.ReplaceAll(in, `"id":2`, fmt.Sprintf(`"id":%d`, id))
 		rest, err := feed(l, []byte(in), chunk)
@@ -342,5 +342,29 @@ func TestAttachWithoutOpenRetries(t *testing.T) {
 	out := logs.String()
 	if !strings.Contains(out, "did not take the connection") || strings.Count(out, "upstream connected") != 1 {
 		t.Fatalf("logs do not report the failed attempt and one connection:\n%s", out)
+	}
+}
+
+// TestLinkDirtyOncePerTurn: a link tells its connection of output once
+// until the loop takes it (Output), and again for the output after that,
+// so that nothing waits unflushed: the calls of a turn after the first
+// skip the call.
+func TestLinkDirtyOncePerTurn(t *testing.T) {
+	l := newBenchLink(nil)
+	rc := &recConn{}
+	l.wc = rc
+	c := &paramsCall{params: []byte(`{}`)}
+	for range 3 {
+		l.forward(c, 0)
+	}
+	if rc.dirty != 1 {
+		t.Fatalf("%d Dirty calls for a turn's three requests, want 1", rc.dirty)
+	}
+	if len(l.Output()) == 0 {
+		t.Fatal("no output")
+	}
+	l.forward(c, 0)
+	if rc.dirty != 2 {
+		t.Fatalf("%d Dirty calls after the loop took the output and a request came, want 2", rc.dirty)
 	}
 }

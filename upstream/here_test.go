@@ -1,10 +1,16 @@
 package upstream
 
 import (
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/openengine/edge/backend"
 	"github.com/openengine/edge/codec"
+	"github.com/openengine/edge/rpc"
 )
 
 // frames returns the payloads of the WebSocket frames in out (unmasked,
@@ -176,3 +182,61 @@ func TestErrorAnswerOnItsLoop(t *testing.T) {
 }
 
 func codecUint(dst []byte, n uint64) []byte { return codec.AppendUint(dst, n) }
+
+// queueLoops is a set of two loops whose Run queues f for run.
+type queueLoops struct{ queued []func() }
+
+func (q *queueLoops) NumLoops() int                    { return 2 }
+func (q *queueLoops) Attach(int, net.Conn, Wire) error { return net.ErrClosed }
+func (q *queueLoops) Run(_ int, f func()) bool         { q.queued = append(q.queued, f); return true }
+
+// run runs what Run queued.
+func (q *queueLoops) run() {
+	for _, f := range q.queued {
+		f()
+	}
+	q.queued = nil
+}
+
+// TestLentParamsKeptForAnotherLoop: a session lends a call's params (the
+// client's message) to its upstream instead of copying them; a link on
+// the session's own loop writes them out at once, but a call that goes to
+// another loop's link is written there later, after the client's read
+// buffer has been reused: the params must have been kept.
+func TestLentParamsKeptForAnotherLoop(t *testing.T) {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	u := New("b", nil, Config{Logger: discard})
+	loops := &queueLoops{}
+	l := newLink(u, "l0", nil, false)
+	placeLinks(u, loops, l) // on loop 0
+	pool := backend.NewPool(4, time.Minute)
+	t.Cleanup(pool.Close)
+	srv, err := rpc.NewServer(rpc.Config{Handler: backend.NewMemory(), Pool: pool, Logger: discard,
+		Forward: func(string) backend.Forwarder { return u }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &frameSink{}
+	for _, home := range []int{0, 1} {
+		post := &homePoster{loops: loops, loop: home, ctr: srv.NewCounters()}
+		s := srv.NewSession(rpc.WebSocket, sink, post)
+		msg := []byte(`{"jsonrpc":"2.0","id":"a","method":"edge/echo","params":{"p":"lent"}}`)
+		s.HandleMessage(msg)
+		copy(msg, strings.Repeat("X", len(msg))) // the read buffer is reused
+		loops.run()
+		if out := string(l.Output()); !strings.Contains(out, `"params":{"p":"lent"}`) {
+			t.Fatalf("call from loop %d forwarded as %q", home, out)
+		}
+	}
+}
+
+// homePoster is a session's poster on loop loop of loops.
+type homePoster struct {
+	loops Loops
+	loop  int
+	ctr   *rpc.Counters
+}
+
+func (p *homePoster) Post(rpc.Completion)     {}
+func (p *homePoster) Home() (any, int)        { return p.loops, p.loop }
+func (p *homePoster) Counters() *rpc.Counters { return p.ctr }

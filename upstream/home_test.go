@@ -50,12 +50,16 @@ func TestForwardStaysOnItsLoop(t *testing.T) {
 		t.Fatalf("calls from loop 1: %d posted, %d on loop 1's link, %d on loop 0's; want 0, 3, 0",
 			loops.runs, l1.calls.len(), l0.calls.len())
 	}
+	l1.Output() // loop 1's turn ends: its link's count is published
+	if n := l1.inflight.Load(); n != 3 {
+		t.Fatalf("other loops see %d calls in flight on loop 1's link after its turn, want 3", n)
+	}
 	tk := u.Forward(&recCall{method: "m"}, (&countLoops{}).at(1)) // another gateway's loop 1
 	if loops.runs != 1 || l0.calls.len() != 1 {
 		t.Fatalf("call from elsewhere: %d posted, %d on loop 0's link; want 1, 1", loops.runs, l0.calls.len())
 	}
 	tk.Cancel()
-	if loops.runs != 2 || l0.calls.get(l0.nextID.Load()).state != callDropped {
+	if loops.runs != 2 || l0.calls.get(l0.lastID).state != callDropped {
 		t.Fatalf("its cancel: %d posted (want 2), the call not marked dropped", loops.runs)
 	}
 	l1.fail()
@@ -95,3 +99,44 @@ func TestTimeoutFromAdmission(t *testing.T) {
 		t.Fatalf("the call without a clock finished (%v) at its admission + timeout; %d in flight", fresh.errs, l.inflight.Load())
 	}
 }
+
+// TestRemoteCancelNamesItsCall: a call from another loop gets its
+// upstream id on the link's loop, and its ticket names it by a number of
+// its own: a cancel queued behind the forward drops that call, and a
+// cancel that arrives after the call ended reaches no other call (the
+// link's next calls reuse nothing of it).
+func TestRemoteCancelNamesItsCall(t *testing.T) {
+	u := testUpstream(nil, Config{})
+	loops := &queueLoops{}
+	l := newLink(u, "l0", nil, false)
+	placeLinks(u, loops, l)
+
+	a := &recCall{method: "m"}
+	tk := u.Forward(a, loops.at(1)) // queued for loop 0
+	tk.Cancel()                     // queued behind it
+	loops.run()
+	if e := l.calls.get(l.lastID); e == nil || e.state != callDropped || len(l.calls.remote) != 1 {
+		t.Fatalf("the forward and its cancel ran: entry %+v, %d filed by remote number; want it dropped", e, len(l.calls.remote))
+	}
+
+	b := &recCall{method: "m"}
+	tk = u.Forward(b, loops.at(1))
+	loops.run()
+	answer := []byte(`{"jsonrpc":"2.0","id":` + itoa(int(l.lastID)) + `,"result":1}` + "\n")
+	if _, err := l.Traffic(answer, nowNanos()); err != nil || len(b.result) != 1 {
+		t.Fatalf("the answer: %v, call finished %q", err, b.result)
+	}
+	c := &recCall{method: "m"}
+	u.Forward(c, loops.at(0)) // a call of the link's own loop
+	tk.Cancel()               // b's, late
+	loops.run()
+	if e := l.calls.get(l.lastID); e == nil || e.state != callSent || e.c != c {
+		t.Fatalf("after b's late cancel the newer call's entry is %+v, want it sent", e)
+	}
+	if len(l.calls.remote) != 1 {
+		t.Fatalf("%d entries filed by remote number, want a's alone (dropped, awaiting its answer)", len(l.calls.remote))
+	}
+}
+
+// at is the origin of a call made on loop i of q.
+func (q *queueLoops) at(i int) backend.Origin { return backend.Origin{Loops: q, Loop: i} }

@@ -467,7 +467,7 @@ func (u *Upstream) Close() {
 // connected it is answered UPSTREAM_UNAVAILABLE at once (nothing queues).
 // Loop: runs on an event loop; never waits for I/O.
 func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
-	if len(u.links) > 0 && (c.Stream() != nil || len(u.http) == 0 || u.next.Add(1)%2 == 0) {
+	if len(u.links) > 0 && (len(u.http) == 0 || c.Stream() != nil || u.next.Add(1)%2 == 0) {
 		home := u.home(o)
 		if l := u.pick(home); l != nil {
 			switch {
@@ -485,6 +485,12 @@ func (u *Upstream) Forward(c backend.Call, o backend.Origin) backend.Ticket {
 	u.refuse(c, nil, outcomeUnavailable, backend.ErrUpstreamUnavailable)
 	return backend.Ticket{}
 }
+
+// BorrowsParams implements backend.Borrower: every path of Forward
+// writes the call out before it returns (a link's output, a NATS message,
+// an http request's body), but forwardFrom, which keeps the params for the
+// link's loop (LentCall.Keep).
+func (u *Upstream) BorrowsParams() {}
 
 // home returns the number of the event loop a call from o runs on, if it
 // is one of the upstream's Loops, else -1.
@@ -510,8 +516,10 @@ func (u *Upstream) pick(home int) *link {
 
 // least returns the connected link of links with the fewest calls in
 // flight, starting the scan at a rotating offset so that ties spread, or
-// nil. turn is the rotation of the calling loop's own links (placement.turns),
-// nil for the upstream's shared one.
+// nil. turn is the rotation of the calling loop's own links
+// (placement.turns), whose counts it reads exactly (inFlightHere); nil for
+// the upstream's shared one, whose counts of other loops' links may lag
+// by a turn (link.inflight).
 func (u *Upstream) least(links []*link, turn *uint32) *link {
 	var best *link
 	var least int64
@@ -535,7 +543,13 @@ func (u *Upstream) least(links []*link, turn *uint32) *link {
 		if !l.isUp() {
 			continue
 		}
-		if f := l.inflight.Load(); best == nil || f < least {
+		var f int64
+		if turn != nil {
+			f = l.inFlightHere()
+		} else {
+			f = l.inflight.Load()
+		}
+		if best == nil || f < least {
 			best, least = l, f
 		}
 	}
