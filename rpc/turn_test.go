@@ -19,15 +19,7 @@ func TestTurnGathersUntilFlush(t *testing.T) {
 	pool := backend.NewPool(4096, time.Minute)
 	defer pool.Close()
 	mem := backend.NewMemory()
-	srv, err := NewServer(Config{Handler: mem, NonBlocking: mem.NonBlocking, Pool: pool,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	post := &queuePoster{turn: srv.NewTurn()}
-	sink := &listSink{}
-	s := srv.NewSession(WebSocket, sink, post)
-	tn := post.turn
+	_, s, tn, post, sink := turnSession(t, Config{Handler: mem, NonBlocking: mem.NonBlocking, Pool: pool})
 
 	const echoes = 2*maxBatch + 2
 	for i := range echoes {
@@ -72,15 +64,7 @@ func TestTurnGathersUntilFlush(t *testing.T) {
 func TestTurnAdmitsFromCredit(t *testing.T) {
 	pool := backend.NewPool(64, time.Minute)
 	defer pool.Close()
-	srv, err := NewServer(Config{Handler: backend.NewMemory(), Pool: pool,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	post := &queuePoster{turn: srv.NewTurn()}
-	sink := &listSink{}
-	s := srv.NewSession(WebSocket, sink, post)
-	tn := post.turn
+	srv, s, tn, post, sink := turnSession(t, Config{Handler: backend.NewMemory(), Pool: pool})
 
 	// Answered at once (edge/stats): admitted and settled within the turn.
 	for i := range 3 {
@@ -119,4 +103,18 @@ func TestTurnAdmitsFromCredit(t *testing.T) {
 	if n := srv.InFlight(); n != 0 {
 		t.Fatalf("InFlight %d once the call returned, want 0", n)
 	}
+}
+
+// turnSession is a server on cfg (its logs discarded) and a WebSocket
+// session on a queuePoster with a Turn of its own.
+func turnSession(t *testing.T, cfg Config) (*Server, *Session, *Turn, *queuePoster, *listSink) {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := &queuePoster{turn: srv.NewTurn()}
+	sink := &listSink{}
+	return srv, srv.NewSession(WebSocket, sink, post), post.turn, post, sink
 }
