@@ -306,14 +306,7 @@ func (e echo) Close()                   {}
 // Send implements rpc.Sink: it frames msg for this turn's write (one text
 // frame, or one line). Output is dropped once the server has decided to close.
 func (w *conn) Send(msg []byte) {
-	if w.state != stateOpen {
-		return
-	}
-	// The hard cap is checked before buffering (CONTRACT.md section 6): a
-	// turn that answers many large requests must not grow the buffer past
-	// it first.
-	if w.OutboundBytes()+len(msg)+codec.MaxHeaderSize > w.cfg().OutboundHardBytes {
-		w.slowConsumer()
+	if !w.takes(len(msg)) {
 		return
 	}
 	if w.proto == protoWebSocket {
@@ -322,6 +315,22 @@ func (w *conn) Send(msg []byte) {
 	}
 	w.out = append(append(w.output(), msg...), '\n')
 	w.l.markDirty(w)
+}
+
+// takes reports whether the connection takes a message of n bytes now: it
+// is open and the message, framed, keeps it within its hard cap. The cap is
+// checked before buffering (CONTRACT.md section 6): a turn that answers
+// many large requests must not grow the buffer past it first. Over it, the
+// connection closes SLOW_CONSUMER. Runs on the loop.
+func (w *conn) takes(n int) bool {
+	if w.state != stateOpen {
+		return false
+	}
+	if w.OutboundBytes()+n+codec.MaxHeaderSize > w.cfg().OutboundHardBytes {
+		w.slowConsumer()
+		return false
+	}
+	return true
 }
 
 // output returns the connection's output buffer for this turn, taking one

@@ -15,12 +15,8 @@ var _ rpc.ResultSink = (*conn)(nil)
 // message, so a proxied answer's result is copied once, from the
 // upstream's read buffer to here. Runs on the loop.
 func (w *conn) SendResult(id, result []byte) {
-	if w.state != stateOpen {
-		return
-	}
 	n := codec.ResultSize(id, result)
-	if w.OutboundBytes()+n+codec.MaxHeaderSize > w.cfg().OutboundHardBytes {
-		w.slowConsumer()
+	if !w.takes(n) {
 		return
 	}
 	out := w.output()
