@@ -493,6 +493,18 @@ func proxyCPU(x *Record) float64 {
 	return usPerOp(x.Server)
 }
 
+// cpuSplit divides x's proxy CPU per request into its user and kernel
+// shares, in proportion to the process's user and system time over the
+// window (NaN when unmeasured).
+func cpuSplit(x *Record) (user, kernel float64) {
+	c := proxyCPU(x)
+	if math.IsNaN(c) || x.Server == nil || x.Server.UserS+x.Server.SysS <= 0 {
+		return math.NaN(), math.NaN()
+	}
+	u := c * x.Server.UserS / (x.Server.UserS + x.Server.SysS)
+	return u, c - u
+}
+
 func upstreamCPU(x *Record) float64 {
 	if x == nil || !x.OK {
 		return math.NaN()
@@ -577,6 +589,15 @@ func p1Section(r *report, b *strings.Builder) []panel {
 				fmt.Sprintf("%s / %s us = x%.2f", num(ev), num(nv), ev/nv), "<= x1.00", yesNo(ev <= nv))
 		} else if !math.IsNaN(ev) {
 			g.add("edge proxy CPU per proxied request / nginx CPU per proxied message", v, num(ev)+" us / nginx not measured", "<= x1.00", "-")
+		}
+		// Where each proxy's CPU goes: nginx relays an upgraded connection's
+		// bytes without reading them, so its user share is small; the rest
+		// of either is the kernel moving the same bytes.
+		for _, p := range []string{"edge", "nginx"} {
+			if u, k := cpuSplit(r.get("P1", v, p)); !math.IsNaN(u) {
+				g.add("(split) "+p+" proxy CPU per request, user + kernel", v,
+					fmt.Sprintf("%s + %s us", num(u), num(k)), "-", "(reference)")
+			}
 		}
 	}
 	for _, v := range tputVariants {
