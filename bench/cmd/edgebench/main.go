@@ -101,7 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.w2Rates, "w2-rates", "", "W2 total request rates, comma-separated (default 10000,30000,60000)")
 	fs.StringVar(&o.w3Conns, "w3-conns", "", "W3 connection counts, comma-separated (default 1000,10000 and the most the open-file limit allows, up to 50000)")
 	fs.StringVar(&o.w4Subs, "w4-subs", "", "W4 subscriber counts, comma-separated (default 1000,10000)")
-	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,500000; publish rate = this / subscribers)")
+	fs.StringVar(&o.w4Offered, "w4-deliveries", "", "W4 offered deliveries per second, comma-separated, each run for every subscriber count (default 100000,2000000; publish rate = this / subscribers)")
 	fs.BoolVar(&o.perfStat, "perfstat", true, "count the servers' system calls over each measured window with `perf stat` (when perf works here)")
 	edgeArgs := fs.String("edge-args", "", "extra flags for edge, space-separated (e.g. \"--busy-poll 50us\"); recorded in every edge result")
 	fs.BoolVar(&o.pprof, "pprof", false, "fetch a Go CPU profile of edge over each measured window (logs/*.pprof), and in W3 its heap profile after the ramp (logs/W3-*.heap.pprof; edge's --admin-listen --admin-pprof)")

@@ -454,7 +454,7 @@ func TestW4Variants(t *testing.T) {
 		want []string
 	}{
 		{"standard", standardMatrix, options{},
-			[]string{"1000 subs 100k/s", "1000 subs 500k/s", "10000 subs 100k/s", "10000 subs 500k/s"}},
+			[]string{"1000 subs 100k/s", "1000 subs 1M/s", "10000 subs 100k/s", "10000 subs 2M/s"}},
 		{"quick", quickMatrix, options{}, []string{"100 subs 20k/s"}},
 		{"flags", standardMatrix, options{w4Subs: "2000", w4Offered: "50000,1500000"},
 			[]string{"2000 subs 50k/s", "2000 subs 1.5M/s"}},
@@ -497,7 +497,7 @@ func TestFilterVariants(t *testing.T) {
 				(p.workload == "P1" || p.workload == "C1") && p.variant == "c50w1-16B"
 		}},
 		{"P1 in flight", []string{"hold-"}, 1, func(p phase) bool { return p.workload == "P1" && p.peer == "edge" && p.holdCalls == 65536 }},
-		{"W4 rate", []string{"500k/s"}, 2, func(p phase) bool { return p.workload == "W4" && p.peer == "edge" }},
+		{"W4 rate", []string{"2M/s"}, 1, func(p phase) bool { return p.workload == "W4" && p.peer == "edge" }},
 		{"no match", []string{"c9w9"}, 0, nil},
 	}
 	for _, tt := range tests {

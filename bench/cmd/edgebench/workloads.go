@@ -89,7 +89,7 @@ func standardMatrix() matrix {
 		w1:      []w1Variant{{50, 1, 16}, {50, 1, 1024}, {4, 64, 16}, {4, 64, 1024}},
 		w2Conns: 1000, w2Rates: []float64{10000, 30000, 60000}, w2Peers: []string{"edge", "raw", "gorilla", "nbio"},
 		w3Counts: []int{1000, 10000, 15000}, w3Settle: time.Second, w3Hold: 2 * time.Second,
-		w4Subs: []int{1000, 10000}, w4Deliveries: []float64{100000, 500000}, w4MaxRate: 1000, w4EventSize: 128,
+		w4Subs: []int{1000, 10000}, w4Deliveries: []float64{100000, 2000000}, w4MaxRate: 1000, w4EventSize: 128,
 		w5: load.StormConfig{StormConns: 1000, Rate: 10000, SleepMs: 50, CancelFraction: 0.9,
 			CancelWithin: 5 * time.Millisecond, EchoConns: 50, EchoRate: 5000, Quiet: 3 * time.Second, Storm: 4 * time.Second},
 		w6Workers: 32,
