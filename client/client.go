@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,7 +118,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	pending map[int64]*call          // guarded by mu: requests awaiting a response
-	subs    map[string]*Subscription // guarded by mu: live subscriptions by id
+	subs    map[string]*Subscription // guarded by mu: live subscriptions by key (Subscription.key)
 	err     error                    // guarded by mu: why the connection ended
 
 	done chan struct{} // closed when the read loop has ended
@@ -126,6 +127,7 @@ type Client struct {
 // call is one request awaiting its response.
 type call struct {
 	subscribe bool          // immutable: the request establishes a subscription
+	plain     string        // immutable: a plain subscription's namespace (NS of NS_subscribe), else ""
 	ch        chan response // buffered 1: the read loop never blocks on it
 	abandoned bool          // guarded by Client.mu: the caller stopped waiting
 }
@@ -238,7 +240,8 @@ func (c *Client) Err() error {
 // and, on WebSocket, sends $/cancelRequest for it. A JSON-RPC error response
 // is returned as *Error. Safe for concurrent use.
 func (c *Client) Call(ctx context.Context, method string, params, result any) error {
-	id, cl, err := c.send(method, params, false)
+	cl := &call{ch: make(chan response, 1)}
+	id, err := c.send(method, params, cl)
 	if err != nil {
 		return err
 	}
@@ -265,28 +268,19 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 	}
 }
 
-// send registers and writes one request.
-func (c *Client) send(method string, params any, subscribe bool) (int64, *call, error) {
+// send registers cl and writes its request.
+func (c *Client) send(method string, params any, cl *call) (int64, error) {
 	p, err := marshalParams(params)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	id := c.nextID.Add(1)
-	msg := make([]byte, 0, 64+len(method)+len(p))
-	msg = append(msg, `{"jsonrpc":"2.0","id":`...)
-	msg = strconv.AppendInt(msg, id, 10)
-	msg = append(msg, `,"method":`...)
-	m, _ := json.Marshal(method)
-	msg = append(msg, m...)
-	msg = append(msg, `,"params":`...)
-	msg = append(msg, p...)
-	msg = append(msg, '}')
-	cl := &call{subscribe: subscribe, ch: make(chan response, 1)}
+	msg := appendRequest(nil, id, method, p)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return 0, nil, err
+		return 0, err
 	}
 	c.pending[id] = cl
 	c.mu.Unlock()
@@ -294,9 +288,21 @@ func (c *Client) send(method string, params any, subscribe bool) (int64, *call, 
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
-		return 0, nil, err
+		return 0, err
 	}
-	return id, cl, nil
+	return id, nil
+}
+
+// appendRequest appends a request with id, method and raw params to dst.
+func appendRequest(dst []byte, id int64, method string, params []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = strconv.AppendInt(dst, id, 10)
+	dst = append(dst, `,"method":`...)
+	m, _ := json.Marshal(method)
+	dst = append(dst, m...)
+	dst = append(dst, `,"params":`...)
+	dst = append(dst, params...)
+	return append(dst, '}')
 }
 
 func marshalParams(params any) ([]byte, error) {
@@ -392,21 +398,17 @@ func (c *Client) response(in *inbound) {
 		r.err = in.Error
 	case cl.subscribe:
 		// Register before the next message is read: events follow the response.
-		var res struct {
-			SubscriptionID string `json:"subscriptionId"`
-		}
-		if json.Unmarshal(in.Result, &res) != nil || res.SubscriptionID == "" {
-			r.err = fmt.Errorf("client: subscription result without subscriptionId: %s", in.Result)
+		r.sub, r.err = c.established(cl, in.Result)
+		if r.err != nil {
 			break
 		}
-		r.sub = newSubscription(c, res.SubscriptionID, in.Result, c.opts.SubscriptionBuffer)
 		if cl.abandoned {
 			// The caller gave up but the server established it: cancel it there.
 			c.mu.Unlock()
-			c.notify(subscriptionCancel(res.SubscriptionID))
+			c.notify(r.sub.cancelMessage())
 			return
 		}
-		c.subs[res.SubscriptionID] = r.sub
+		c.subs[r.sub.key] = r.sub
 	default:
 		r.result = in.Result
 	}
@@ -415,6 +417,10 @@ func (c *Client) response(in *inbound) {
 }
 
 func (c *Client) notification(in *inbound) {
+	if ns, ok := strings.CutSuffix(in.Method, plainEventSuffix); ok && ns != "" {
+		c.plainNotification(ns, in.Params)
+		return
+	}
 	var p struct {
 		SubscriptionID      string          `json:"subscriptionId"`
 		Cursor              json.RawMessage `json:"cursor"`
@@ -432,14 +438,9 @@ func (c *Client) notification(in *inbound) {
 	}
 	switch in.Method {
 	case "event":
-		if !sub.deliver(in.Params, p.Cursor) {
-			// The local buffer overflowed: end it here and on the server.
-			c.forget(sub.ID)
-			sub.end(&ClosedError{Reason: "SLOW_CONSUMER", LastDeliveredCursor: sub.lastCursor(), Local: true})
-			c.notify(subscriptionCancel(sub.ID))
-		}
+		c.deliver(sub, in.Params, p.Cursor)
 	case "subscription/closed":
-		c.forget(sub.ID)
+		c.forget(sub.key)
 		var err error
 		if p.Reason != "done" {
 			err = &ClosedError{Reason: p.Reason, LastDeliveredCursor: p.LastDeliveredCursor}
@@ -448,9 +449,20 @@ func (c *Client) notification(in *inbound) {
 	}
 }
 
-func (c *Client) forget(sid string) {
+// deliver hands an event to sub; when the local buffer overflows, it ends
+// sub here and on the server.
+func (c *Client) deliver(sub *Subscription, params, cursor json.RawMessage) {
+	if !sub.deliver(params, cursor) {
+		c.forget(sub.key)
+		sub.end(&ClosedError{Reason: "SLOW_CONSUMER", LastDeliveredCursor: sub.lastCursor(), Local: true})
+		c.notify(sub.cancelMessage())
+	}
+}
+
+// forget removes the subscription with key from the live ones.
+func (c *Client) forget(key string) {
 	c.mu.Lock()
-	delete(c.subs, sid)
+	delete(c.subs, key)
 	c.mu.Unlock()
 }
 

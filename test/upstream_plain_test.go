@@ -1,6 +1,9 @@
 package test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	edgeclient "github.com/openengine/edge/client"
 	"github.com/openengine/edge/internal/poll"
 	"github.com/openengine/edge/internal/testeth"
 	"github.com/openengine/edge/metrics"
@@ -277,5 +281,68 @@ func TestEthSubscribeSlowConsumer(t *testing.T) {
 		if v, ok := m.value(w.name, w.labels...); !ok || v != w.want {
 			t.Errorf("%s%v = %v (%v), want %v", w.name, w.labels, v, ok, w.want)
 		}
+	}
+}
+
+// TestEthSubscribeWithEdgeClient: package client (and so `edge subscribe`)
+// speaks plain subscriptions: Subscribe("eth_subscribe") gets edge's id,
+// the node's heads arrive as {"subscription":ID,"result":R}, Close sends
+// eth_unsubscribe, which reaches the node with its own id; a second
+// subscription ends with a ClosedError UPSTREAM_LOST when the node drops
+// edge's connection. Before client learned plain subscriptions, Subscribe
+// failed: "subscription result without subscriptionId: \"0x1\"".
+func TestEthSubscribeWithEdgeClient(t *testing.T) {
+	node := testeth.Start(t)
+	p := startEthProxy(t, node, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	c, err := edgeclient.Dial(ctx, "ws://"+p.gateway.addr+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "eth_subscribe", json.RawMessage(`["newHeads"]`))
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if !strings.HasPrefix(sub.ID, "0x") || strings.HasPrefix(sub.ID, "0xfeed") || string(sub.Result) != strconv.Quote(sub.ID) {
+		t.Fatalf("Subscribe: ID %q, result %s; want edge's own id, quoted as the result", sub.ID, sub.Result)
+	}
+	up := testeth.Sub{Conn: 0, ID: "0xfeed01"}
+	waitLive(t, node, up)
+	results := []string{`{"number":"0x1"}`, `{"number": "0x2", "hash":"0xbb" }`}
+	for _, r := range results {
+		if err := node.Push(up, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range results {
+		select {
+		case ev := <-sub.Events():
+			if want := `{"subscription":"` + sub.ID + `","result":` + r + `}`; string(ev) != want {
+				t.Fatalf("event %s, want %s", ev, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no event %s", r)
+		}
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	waitUnsubscribed(t, node, up)
+	waitLive(t, node)
+
+	sub2, err := c.Subscribe(ctx, "eth_subscribe", json.RawMessage(`["newHeads"]`))
+	if err != nil {
+		t.Fatalf("second Subscribe: %v", err)
+	}
+	waitLive(t, node, testeth.Sub{Conn: 0, ID: "0xfeed02"})
+	node.DropConns()
+	for range sub2.Events() {
+		t.Fatal("an event after the node dropped the connection")
+	}
+	var ce *edgeclient.ClosedError
+	if err := sub2.Err(); !errors.As(err, &ce) || ce.Reason != "UPSTREAM_LOST" || ce.Local {
+		t.Fatalf("Err() = %v, want the server's ClosedError UPSTREAM_LOST", err)
 	}
 }

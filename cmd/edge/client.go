@@ -24,10 +24,12 @@ import (
 //	edge subscribe [flags] URL METHOD [PARAMS]
 //
 // URL is ws://host:port/path, wss://host:port/path or tcp://host:port
-// (NDJSON). PARAMS is a JSON object (default {}). call prints the result as
-// one JSON line; subscribe prints the establishment result, then each
-// event's params, one JSON line each, until the subscription ends or ctx is
-// cancelled. An RPC error is printed as {"error":...} and fails the command.
+// (NDJSON). PARAMS is JSON, an object or an array (default {}). call prints
+// the result as one JSON line; subscribe prints the establishment result,
+// then each event's params, one JSON line each, until the subscription ends
+// or ctx is cancelled. A METHOD named NS_subscribe (eth_subscribe) is a
+// plain JSON-RPC subscription (client.Subscribe): its result is the id, its
+// events NS_subscription's params, and the cancel NS_unsubscribe. An RPC error is printed as {"error":...} and fails the command.
 // The bearer token comes from --token or EDGE_TOKEN and never appears in an
 // error.
 func runClient(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {

@@ -206,20 +206,7 @@ func TestRunSubscribeInterrupted(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			pr, pw := io.Pipe()
-			defer pr.Close()
-			done := make(chan error, 1)
-			go func() {
-				err := run(ctx, []string{"subscribe", gw.url(tr), "watch"}, strings.NewReader(""), pw, io.Discard)
-				pw.Close()
-				done <- err
-			}()
-			lines := make(chan string, 1)
-			go func() {
-				line, _ := bufio.NewReader(pr).ReadString('\n')
-				lines <- line
-				_, _ = io.Copy(io.Discard, pr)
-			}()
+			done, lines := runLines(ctx, "subscribe", gw.url(tr), "watch")
 			select {
 			case line := <-lines:
 				if !strings.Contains(line, `"subscriptionId"`) || !strings.Contains(line, `"runId":null`) {
@@ -231,20 +218,55 @@ func TestRunSubscribeInterrupted(t *testing.T) {
 			if n := gw.pool.Running(); n != 1 {
 				t.Fatalf("%d backend tasks running, want the subscription's 1", n)
 			}
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("run after cancel: %v, want nil", err)
-				}
-			case <-time.After(cliWait):
-				t.Fatalf("subscribe still running %s after cancel", cliWait)
-			}
+			interrupt(t, cancel, done, cliWait)
 			poll.Until(t, cliWait, "the subscription's backend task to end", func() (bool, string) {
 				n := gw.pool.Running()
 				return n == 0, fmt.Sprintf("%d backend tasks running", n)
 			})
 		})
+	}
+}
+
+// runLines runs edge with args until ctx is done; done gets run's error,
+// lines each line it prints (closed at the end of its output; the lines
+// past 64 unread are dropped, so that run never waits on the test).
+func runLines(ctx context.Context, args ...string) (done <-chan error, lines <-chan string) {
+	pr, pw := io.Pipe()
+	errc, out := make(chan error, 1), make(chan string, 64)
+	go func() {
+		err := run(ctx, args, strings.NewReader(""), pw, io.Discard)
+		pw.Close()
+		errc <- err
+	}()
+	go func() {
+		defer close(out)
+		br := bufio.NewReader(pr)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			select {
+			case out <- line:
+			default:
+			}
+		}
+	}()
+	return errc, out
+}
+
+// interrupt cancels a running `edge subscribe`'s ctx (its SIGINT) and
+// requires run to return nil, its error on done, within wait.
+func interrupt(t *testing.T, cancel context.CancelFunc, done <-chan error, wait time.Duration) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel: %v, want nil", err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("subscribe still running %s after cancel", wait)
 	}
 }
 

@@ -208,3 +208,47 @@ func dialWS(t *testing.T, url string) net.Conn {
 	conn.SetDeadline(time.Now().Add(readTimeout))
 	return conn
 }
+
+// TestRunSubscribePlain: `edge subscribe URL eth_subscribe '["newHeads"]'`
+// in front of an Ethereum-style node prints edge's id, then each head as
+// {"subscription":ID,"result":R}; interrupted, it unsubscribes (the node
+// gets eth_unsubscribe with its own id) and returns nil. Before package
+// client knew plain subscriptions it failed at once: "subscription result
+// without subscriptionId".
+func TestRunSubscribePlain(t *testing.T) {
+	node := testeth.Start(t)
+	e := startEdge(t, "--listen", "127.0.0.1:0", "--profile", "jsonrpc", "--upstream-conns", "1", "--upstream", "eth="+node.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// --wait: the upstream connection may not be up yet (UPSTREAM_UNAVAILABLE).
+	done, lines := runLines(ctx, "subscribe", "--wait", edgeWait.String(), e.ws, "eth_subscribe", `["newHeads"]`)
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("output ended before %s: %v", what, <-done)
+			}
+			return l
+		case <-time.After(edgeWait):
+			t.Fatalf("no %s within %s", what, edgeWait)
+		}
+		return ""
+	}
+	if l := next("the result"); l != `"0x1"`+"\n" {
+		t.Fatalf("first line %q, want edge's id \"0x1\"", l)
+	}
+	poll.Until(t, edgeWait, "the node's subscription", func() (bool, string) {
+		return len(node.Live()) == 1, fmt.Sprint(node.Live())
+	})
+	up := node.Live()[0]
+	node.Push(up, `{"number":"0x1"}`)
+	if l := next("the head"); l != `{"subscription":"0x1","result":{"number":"0x1"}}`+"\n" {
+		t.Fatalf("event line %q", l)
+	}
+	interrupt(t, cancel, done, edgeWait)
+	poll.Until(t, edgeWait, "eth_unsubscribe at the node", func() (bool, string) {
+		got := node.Unsubscribed()
+		return slices.Equal(got, []testeth.Sub{up}), fmt.Sprint(got)
+	})
+}
