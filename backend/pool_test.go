@@ -92,14 +92,32 @@ func TestPoolSubmitAll(t *testing.T) {
 }
 
 // TestPoolBurstRunsOnFewWorkers checks the point of the queue: a burst of
-// fast jobs does not start a goroutine per job.
+// fast jobs does not start a goroutine per job, with this process's
+// GOMAXPROCS and with 8, five bursts each. With 8, a worker that finished
+// its job waited for the pool's lock counted as busy, so every job taken
+// during the convoy started one more worker: 100-135 extra goroutines in 12
+// of 30 runs before Pool.returning.
 func TestPoolBurstRunsOnFewWorkers(t *testing.T) {
+	for _, procs := range []int{runtime.GOMAXPROCS(0), 8} {
+		prev := runtime.GOMAXPROCS(procs)
+		for round := range 5 {
+			if extra := burstGoroutines(t, 10000); extra > 64 {
+				runtime.GOMAXPROCS(prev)
+				t.Fatalf("GOMAXPROCS %d, burst %d: 10000 jobs ran on %d extra goroutines", procs, round, extra)
+			}
+		}
+		runtime.GOMAXPROCS(prev)
+	}
+}
+
+// burstGoroutines submits jobs fast jobs to a new pool at once and returns
+// the most goroutines beyond those before that any job saw.
+func burstGoroutines(t *testing.T, jobs int64) int64 {
 	p := NewPool(100000, time.Minute)
 	defer p.Close()
 	before := runtime.NumGoroutine()
 	var n atomic.Int64
 	var peak atomic.Int64
-	const jobs = 10000
 	for range jobs {
 		p.Submit(jobFunc(func() {
 			n.Add(1)
@@ -112,9 +130,7 @@ func TestPoolBurstRunsOnFewWorkers(t *testing.T) {
 		got := n.Load()
 		return got == jobs, fmt.Sprintf("%d of %d ran", got, jobs)
 	})
-	if extra := peak.Load() - int64(before); extra > 64 {
-		t.Fatalf("a burst of %d jobs ran on %d extra goroutines", jobs, extra)
-	}
+	return peak.Load() - int64(before)
 }
 
 func TestPoolIdleWorkersExit(t *testing.T) {
