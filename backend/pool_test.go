@@ -99,14 +99,14 @@ func TestPoolSubmitAll(t *testing.T) {
 // of 30 runs before Pool.returning.
 func TestPoolBurstRunsOnFewWorkers(t *testing.T) {
 	for _, procs := range []int{runtime.GOMAXPROCS(0), 8} {
-		prev := runtime.GOMAXPROCS(procs)
-		for round := range 5 {
-			if extra := burstGoroutines(t, 10000); extra > 64 {
-				runtime.GOMAXPROCS(prev)
-				t.Fatalf("GOMAXPROCS %d, burst %d: 10000 jobs ran on %d extra goroutines", procs, round, extra)
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs)) // restored on Fatal too
+			for round := range 5 {
+				if extra := burstGoroutines(t, 10000); extra > 64 {
+					t.Fatalf("GOMAXPROCS %d, burst %d: 10000 jobs ran on %d extra goroutines", procs, round, extra)
+				}
 			}
-		}
-		runtime.GOMAXPROCS(prev)
+		}()
 	}
 }
 
